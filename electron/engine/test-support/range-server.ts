@@ -1,0 +1,72 @@
+// A local HTTP server for download tests: serves one byte buffer with optional Range support,
+// redirects, failures and a connection cut after N bytes. Loopback only.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface RangeServerOptions {
+  body: Buffer;
+  supportRange?: boolean;
+  /** Destroy the socket after sending this many body bytes (simulates a dropped connection). */
+  cutAfterBytes?: number;
+  status?: number;
+}
+
+export interface RangeServer {
+  url: string;
+  requests: Array<{ path: string; range: string | undefined }>;
+  options: RangeServerOptions;
+  close(): Promise<void>;
+}
+
+export async function startRangeServer(options: RangeServerOptions): Promise<RangeServer> {
+  const requests: RangeServer['requests'] = [];
+  const server: Server = createServer((req, res) => {
+    const range = req.headers.range;
+    requests.push({ path: req.url ?? '', range });
+    if (req.url === '/redirect') {
+      res.writeHead(302, { location: '/file' });
+      res.end();
+      return;
+    }
+    if (options.status !== undefined) {
+      res.writeHead(options.status);
+      res.end('nope');
+      return;
+    }
+    const body = options.body;
+    let start = 0;
+    let status = 200;
+    const headers: Record<string, string> = {};
+    const match = range !== undefined ? /^bytes=(\d+)-$/.exec(range) : null;
+    if (options.supportRange !== false && match?.[1] !== undefined) {
+      start = Number(match[1]);
+      if (start >= body.length) {
+        res.writeHead(416, { 'content-range': `bytes */${body.length}` });
+        res.end();
+        return;
+      }
+      status = 206;
+      headers['content-range'] = `bytes ${start}-${body.length - 1}/${body.length}`;
+    }
+    const slice = body.subarray(start);
+    headers['content-length'] = String(slice.length);
+    res.writeHead(status, headers);
+    if (options.cutAfterBytes !== undefined && options.cutAfterBytes < slice.length) {
+      res.write(slice.subarray(0, options.cutAfterBytes), () => res.destroy());
+      return;
+    }
+    res.end(slice);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    options,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}

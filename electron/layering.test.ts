@@ -1,0 +1,41 @@
+// Proves the lint rules that keep the layers apart actually fire (a lint config that silently
+// stopped matching would let the engine grow an 'electron' import).
+import { ESLint } from 'eslint';
+import { describe, expect, it } from 'vitest';
+
+const eslint = new ESLint({ cwd: process.cwd() });
+
+async function lint(code: string, filePath: string): Promise<string[]> {
+  const [result] = await eslint.lintText(code, { filePath });
+  return (result?.messages ?? []).map((m) => `${m.ruleId}: ${m.message}`);
+}
+
+describe('layering lint', () => {
+  it('refuses an electron import inside electron/engine', async () => {
+    expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'electron/engine/model/x.ts')).toEqual([
+      expect.stringMatching(/no-restricted-imports: .*must run headless/),
+    ]);
+  });
+
+  it('refuses a renderer import inside electron/engine', async () => {
+    expect(await lint("import { x } from '../../../renderer/src/x.js';\nexport const a = x;\n", 'electron/engine/model/x.ts')).toEqual([
+      expect.stringMatching(/no-restricted-imports: .*never imports the renderer/),
+    ]);
+  });
+
+  it('refuses an electron import in main-process files other than the shell files', async () => {
+    expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'electron/cli.ts')).toEqual([
+      expect.stringMatching(/no-restricted-imports: .*Only electron\/main.ts/),
+    ]);
+  });
+
+  it('allows electron in the shell files', async () => {
+    expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'electron/main.ts')).toEqual([]);
+  });
+
+  it('refuses engine imports from the renderer', async () => {
+    expect(await lint("import { KiwiError } from '../../electron/engine/errors.js';\nexport const a = KiwiError;\n", 'renderer/src/x.ts')).toEqual([
+      expect.stringMatching(/no-restricted-imports: .*control API/),
+    ]);
+  });
+});
