@@ -14,6 +14,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    reporters: ['default', './vitest-summary-reporter.ts'],
     env: testModels !== undefined ? { KIWI_TEST_MODELS: testModels } : {},
   },
 });
