@@ -32,7 +32,7 @@ export default tseslint.config(
         paths: [{ name: 'electron', message: 'electron/engine must run headless: only electron/{main,preload,tray,window}.ts import electron.' }],
         patterns: [
           { group: ['**/renderer/**', 'react', 'react-dom', '@tanstack/*'], message: 'The engine never imports the renderer or UI libraries.' },
-          { group: ['../../commands/*', '../../cli.js', '../../*.js'], message: 'The engine does not import the CLI or the Electron shell.' },
+          { regex: '^(\\.\\./)+(commands/|(cli|main|preload|tray|window|ipc-channels)\\.js$)', message: 'The engine does not import the CLI or the Electron shell.' },
         ],
       }],
     },

@@ -23,6 +23,13 @@ describe('layering lint', () => {
     ]);
   });
 
+  it('refuses a CLI import inside electron/engine but allows engine-internal imports', async () => {
+    expect(await lint("import { main } from '../../cli.js';\nexport const a = main;\n", 'electron/engine/model/x.ts')).toEqual([
+      expect.stringMatching(/does not import the CLI/),
+    ]);
+    expect(await lint("import { KiwiError } from '../../errors.js';\nexport const a = KiwiError;\n", 'electron/engine/model/gguf/x.ts')).toEqual([]);
+  });
+
   it('refuses an electron import in main-process files other than the shell files', async () => {
     expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'electron/cli.ts')).toEqual([
       expect.stringMatching(/no-restricted-imports: .*Only electron\/main.ts/),
