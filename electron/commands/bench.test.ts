@@ -1,0 +1,64 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main } from '../cli.js';
+
+async function run(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  const chunks = { out: '', err: '' };
+  stdout.on('data', (c: Buffer) => (chunks.out += c.toString()));
+  stderr.on('data', (c: Buffer) => (chunks.err += c.toString()));
+  const code = await main(argv, { stdout, stderr });
+  return { code, stdout: chunks.out, stderr: chunks.err };
+}
+
+let dir = '';
+let savedCacheDir: string | undefined;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-cmd-'));
+  savedCacheDir = process.env.KIWI_CACHE_DIR;
+  process.env.KIWI_CACHE_DIR = dir;
+});
+afterAll(async () => {
+  if (savedCacheDir === undefined) delete process.env.KIWI_CACHE_DIR;
+  else process.env.KIWI_CACHE_DIR = savedCacheDir;
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('kiwi bench', () => {
+  it('prints one JSON object on stdout and its progress on stderr, then reuses the cache', async () => {
+    const first = await run(['bench', '--json']);
+    expect(first.code).toBe(0);
+    const lines = first.stdout.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const result = JSON.parse(lines[0] as string);
+    expect(result.cached).toBe(false);
+    expect(result.bandwidth.method).toBe('native-read');
+    expect(result.bandwidth.host_gbps).toBeGreaterThan(0);
+    expect(result.memory.total_bytes).toBeGreaterThan(0);
+    expect(result.execution_providers.find((p: { name: string }) => p.name === 'cpu').works).toBe(true);
+    expect(first.stderr).toMatch(/kiwi bench: measuring memory bandwidth/);
+    expect(first.stderr).toMatch(/round 5\/5/);
+
+    const second = await run(['bench', '--json']);
+    const again = JSON.parse(second.stdout);
+    expect(again.cached).toBe(true);
+    expect(again.bandwidth).toEqual(result.bandwidth);
+    expect(second.stderr).toMatch(/using the cached measurements/);
+  });
+
+  it('prints a readable summary without --json', async () => {
+    const { code, stdout } = await run(['bench']);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^bandwidth\s+[\d.]+ GB\/s host \(native-read/m);
+  });
+
+  it('refuses an unknown bandwidth method', async () => {
+    const { code, stderr } = await run(['bench', '--bandwidth', 'magic']);
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/auto, native or js/);
+  });
+});

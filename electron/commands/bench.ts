@@ -1,0 +1,56 @@
+// `kiwi bench [--json] [--refresh]`: what this device offers a session (memory, GPUs, working
+// execution providers, measured memory bandwidth), cached per hardware. Progress goes to stderr
+// so that stdout stays one JSON object with --json.
+import { KiwiError } from '../engine/errors.js';
+import { runDeviceBench, type DeviceBenchJson } from '../engine/device/device-bench.js';
+import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
+
+export const benchCommand = defineCommand({
+  name: 'bench',
+  summary: 'Measure what this device can give a session: memory, GPUs, execution providers, memory bandwidth',
+  description:
+    'Memory bandwidth is measured with every core by the native probe (native/), or by a slower JS fallback that the ' +
+    'output names (bandwidth.method). Results are cached per hardware fingerprint under the Kiwi cache folder ' +
+    '($KIWI_CACHE_DIR) and reused until the hardware changes. fleet_device is this machine as an entry of a fleet file ' +
+    'for `kiwi plan`.',
+  positionals: [],
+  options: {
+    json: { type: 'boolean', description: 'Print one JSON object' },
+    refresh: { type: 'boolean', description: 'Measure again even if a cached result matches this hardware' },
+    bandwidth: { type: 'string', valueName: 'METHOD', description: 'Bandwidth probe: auto, native or js', default: 'auto' },
+  },
+  async run(ctx) {
+    const method = stringOption(ctx, 'bandwidth') ?? 'auto';
+    if (method !== 'auto' && method !== 'native' && method !== 'js') {
+      throw new KiwiError('USAGE', `--bandwidth must be auto, native or js, not '${method}'`);
+    }
+    const result = await runDeviceBench({
+      refresh: booleanOption(ctx, 'refresh'),
+      signal: ctx.signal,
+      bandwidth: { method },
+      onProgress: (message) => ctx.stderr.write(`kiwi bench: ${message}\n`),
+    });
+    if (booleanOption(ctx, 'json')) writeJson(ctx.stdout, result);
+    else ctx.stdout.write(formatBench(result));
+    return 0;
+  },
+});
+
+function formatBench(r: DeviceBenchJson): string {
+  const gib = (b: number | null): string => (b === null ? '?' : `${(b / 2 ** 30).toFixed(1)} GiB`);
+  const rows: Array<[string, string]> = [
+    ['cpu', `${r.cpu.model}, ${r.cpu.cores} threads (${r.cpu.physical_cores} cores)`],
+    ['memory', `${gib(r.memory.available_bytes)} available of ${gib(r.memory.total_bytes)}`],
+    ...r.gpus.map((g, i): [string, string] => [`gpu ${i}`, `${g.vendor} ${g.name}, ${gib(g.vram_free_bytes)} free of ${gib(g.vram_total_bytes)}`]),
+    ['providers', r.execution_providers.map((p) => `${p.name} ${p.works ? 'works' : `no (${p.error ?? ''})`}`).join('; ')],
+    [
+      'bandwidth',
+      `${r.bandwidth.host_gbps.toFixed(1)} GB/s host (${r.bandwidth.method}, ${r.bandwidth.threads} threads)` +
+        (r.bandwidth.fallback_reason !== null ? ` — fallback: ${r.bandwidth.fallback_reason}` : ''),
+    ],
+    ...r.bandwidth.providers.map((p): [string, string] => [`bw ${p.provider}`, `${p.gbps.toFixed(1)} GB/s through the ${p.provider} execution provider`]),
+    ['measured', `${r.measured_at}${r.cached ? ' (cached)' : ''}`],
+  ];
+  const w = Math.max(...rows.map(([k]) => k.length));
+  return `${rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`).join('\n')}\n`;
+}

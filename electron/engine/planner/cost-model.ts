@@ -1,0 +1,116 @@
+// The planner's cost model (Kafila §V-A): what a stage of `blocks` blocks (plus the head, if it
+// holds it) costs per token on one device, and how much memory it needs. Pure arithmetic.
+import type { DeviceSpec, Fleet } from './fleet.js';
+
+/**
+ * Which input the costs come from, best first. One tier for the whole plan: the best that every
+ * device can supply. `memory` has no time unit (costs are shares of the fleet's memory).
+ */
+export type Tier = 'measured' | 'bandwidth' | 'flops' | 'memory';
+
+export interface DeviceCost {
+  /** Cost of one block per token: ms, or a relative unit in the `memory` tier. */
+  perBlock: number;
+  /** Extra cost per token of holding the head (final norm + output projection read). */
+  head: number;
+  /** Memory one block needs: its weights plus its KV cache at the session's context and concurrency. */
+  blockMemoryBytes: number;
+  /** Extra memory of the head: embedding and output projection. */
+  headMemoryBytes: number;
+  memoryBytes: number;
+}
+
+/** Picks the best tier every device can supply (Kafila §V-D: degrade when inputs are missing). */
+export function chooseTier(devices: readonly DeviceSpec[]): Tier {
+  if (devices.every((d) => d.blockMs !== undefined)) return 'measured';
+  // A measured block time and a bandwidth estimate are both ms per token, so they mix.
+  if (devices.every((d) => d.blockMs !== undefined || d.bandwidthGBps !== undefined)) return 'bandwidth';
+  if (devices.every((d) => d.tflops !== undefined)) return 'flops';
+  return 'memory';
+}
+
+/** Per-device costs in the given tier (the tier must be one chooseTier allows for these devices). */
+export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
+  const { model } = fleet;
+  const blockMemoryBytes = model.blockBytes + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency;
+  const headShare = model.headBytes / model.blockBytes;
+  const largestMemory = Math.max(...fleet.devices.map((d) => d.memoryBytes));
+  return fleet.devices.map((d) => {
+    let perBlock: number;
+    let head: number;
+    switch (tier) {
+      case 'measured':
+      case 'bandwidth': {
+        if (d.blockMs !== undefined) {
+          perBlock = d.blockMs;
+          // The head is a weight read too: price it by bandwidth when known, else scale the
+          // measured block time by the byte ratio.
+          head = d.bandwidthGBps !== undefined ? bandwidthMs(model.headBytes, d.bandwidthGBps) : d.blockMs * headShare;
+        } else {
+          const gbps = required(d.bandwidthGBps, d.name, 'bandwidth_gbps');
+          // At batch size one a stage reads each weight once per token (Kafila §V-A).
+          perBlock = bandwidthMs(model.blockBytes, gbps);
+          head = bandwidthMs(model.headBytes, gbps);
+        }
+        break;
+      }
+      case 'flops': {
+        const tflops = required(d.tflops, d.name, 'tflops');
+        // Without a parameter count, one byte per parameter (8-bit weights) stands in; only the
+        // ratios between devices decide the division in this tier.
+        const params = model.blockParams ?? model.blockBytes;
+        perBlock = ((2 * params) / (tflops * 1e12)) * 1000;
+        head = perBlock * headShare;
+        break;
+      }
+      case 'memory': {
+        // Nothing measured: a block costs inversely to the device's memory, so the optimal
+        // division is the memory-proportional one. Unit: one block on the largest device.
+        perBlock = d.memoryBytes > 0 ? largestMemory / d.memoryBytes : Number.POSITIVE_INFINITY;
+        head = perBlock * headShare;
+        break;
+      }
+    }
+    return { perBlock, head, blockMemoryBytes, headMemoryBytes: model.headResidentBytes, memoryBytes: d.memoryBytes };
+  });
+}
+
+export function bandwidthMs(bytes: number, gbps: number): number {
+  return (bytes / (gbps * 1e9)) * 1000;
+}
+
+/** Cost per token of a stage holding `blocks` blocks (and the head if `head`). */
+export function stageCost(c: DeviceCost, blocks: number, head: boolean): number {
+  return blocks * c.perBlock + (head ? c.head : 0);
+}
+
+/** Memory a stage needs, in bytes. */
+export function stageMemoryBytes(c: DeviceCost, blocks: number, head: boolean): number {
+  return blocks * c.blockMemoryBytes + (head ? c.headMemoryBytes : 0);
+}
+
+/** The most blocks the device can hold in memory (with the head if `head`); -1 when not even the head fits. */
+export function memoryCapacityBlocks(c: DeviceCost, head: boolean): number {
+  const room = c.memoryBytes - (head ? c.headMemoryBytes : 0);
+  if (room < 0) return -1;
+  // blockMemoryBytes ≥ 1 (block_bytes ≥ 1), so this is finite.
+  return Math.floor(room / c.blockMemoryBytes);
+}
+
+/** The most blocks whose stage cost stays within `bound` (exactly as stageCost computes it). */
+export function costCapacityBlocks(c: DeviceCost, head: boolean, bound: number, limit: number): number {
+  if (stageCost(c, 0, head) > bound) return -1;
+  if (c.perBlock === 0) return limit;
+  let k = Math.min(limit, Math.floor((bound - (head ? c.head : 0)) / c.perBlock));
+  k = Math.max(0, k);
+  // Floating-point division may be off by one either way; settle it with the same arithmetic
+  // the candidates were computed with, so a candidate bound always admits its own stage.
+  while (k > 0 && stageCost(c, k, head) > bound) k--;
+  while (k < limit && stageCost(c, k + 1, head) <= bound) k++;
+  return k;
+}
+
+function required(value: number | undefined, device: string, field: string): number {
+  if (value === undefined) throw new Error(`bug: tier needs ${field} of ${device}`);
+  return value;
+}

@@ -1,0 +1,199 @@
+// The fleet file: what the planner is told about a model and the devices of a session. Parsed
+// and validated here (zod) at the boundary; everything past parseFleetFile trusts these types.
+import { z } from 'zod';
+import { KiwiError } from '../errors.js';
+
+/** Hard limits that keep a hostile or mistaken file from making the planner do unbounded work. */
+export const FLEET_LIMITS = Object.freeze({
+  maxDevices: 64,
+  maxLayers: 4096,
+  maxNameLength: 128,
+  maxContext: 16_777_216,
+  maxConcurrency: 4096,
+});
+
+/** Sizes of the model as the planner sees it; all byte counts are per the whole model's one copy. */
+export interface ModelSizes {
+  name: string;
+  /** Transformer blocks (decoder layers). */
+  layers: number;
+  /** Weight bytes of one block: what a stage reads per token for each block it holds. */
+  blockBytes: number;
+  /** What the head reads per token: final norm and output projection. */
+  headBytes: number;
+  /** What the head keeps resident: embedding and output projection (tied weights counted once). */
+  headResidentBytes: number;
+  /** KV cache of one token in one block: 2 × kv_heads × head_dim × bytes per element. */
+  kvBytesPerTokenPerLayer: number;
+  /** Parameters of one block; only the FLOPS tier uses it (2 FLOPs per parameter per token). */
+  blockParams?: number;
+}
+
+export type NatClass = 'permissive' | 'restrictive';
+
+export interface DeviceSpec {
+  name: string;
+  /** Memory the device can give the model (VRAM of its GPU, or RAM for a CPU member). */
+  memoryBytes: number;
+  /** Measured memory bandwidth. */
+  bandwidthGBps?: number;
+  /** Measured time of one decoder block of this model on this device, per token. */
+  blockMs?: number;
+  /** Arithmetic throughput, used only when neither bandwidth nor block time is known. */
+  tflops?: number;
+  nat?: NatClass;
+  rendezvousRttMs?: number;
+}
+
+export interface PairRtt {
+  a: string;
+  b: string;
+  rttMs: number;
+}
+
+export interface Fleet {
+  model: ModelSizes;
+  /** Tokens of context reserved per request. */
+  context: number;
+  /** Requests served at once; each gets its own KV cache. */
+  concurrency: number;
+  /** The first device is the anchor: it holds the head unless another is clearly better. */
+  devices: DeviceSpec[];
+  rtts: PairRtt[];
+}
+
+/** A fleet whose model is still a GGUF path; the command layer reads its sizes. */
+export interface FleetFile extends Omit<Fleet, 'model'> {
+  model: ModelSizes | { gguf: string };
+}
+
+const byteCount = z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+const positive = z.number().finite().positive();
+const name = z.string().min(1).max(FLEET_LIMITS.maxNameLength);
+
+const sizesSchema = z.strictObject({
+  name: name,
+  layers: z.number().int().min(1).max(FLEET_LIMITS.maxLayers),
+  block_bytes: byteCount.min(1),
+  head_bytes: byteCount,
+  head_resident_bytes: byteCount,
+  kv_bytes_per_token_per_layer: byteCount,
+  block_params: byteCount.min(1).optional(),
+});
+
+const ggufSchema = z.strictObject({ gguf: z.string().min(1).max(4096) });
+
+const deviceSchema = z.strictObject({
+  name: name,
+  memory_bytes: byteCount,
+  bandwidth_gbps: positive.nullable().optional(),
+  block_ms: positive.nullable().optional(),
+  tflops: positive.nullable().optional(),
+  nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
+  rendezvous_rtt_ms: z.number().finite().nonnegative().nullable().optional(),
+});
+
+const fleetSchema = z.strictObject({
+  model: z.union([sizesSchema, ggufSchema]),
+  context: z.number().int().min(1).max(FLEET_LIMITS.maxContext),
+  concurrency: z.number().int().min(1).max(FLEET_LIMITS.maxConcurrency).default(1),
+  devices: z.array(deviceSchema).min(1).max(FLEET_LIMITS.maxDevices),
+  rtt_ms: z
+    .array(z.tuple([name, name, z.number().finite().nonnegative()]))
+    .max((FLEET_LIMITS.maxDevices * (FLEET_LIMITS.maxDevices - 1)) / 2)
+    .optional(),
+});
+
+type RawSizes = z.infer<typeof sizesSchema>;
+
+/** Validates a parsed JSON value as a fleet file; throws FLEET_INVALID naming the bad field. */
+export function parseFleetFile(value: unknown): FleetFile {
+  const parsed = fleetSchema.safeParse(value);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.slice(0, 5).map((issue) => `${formatPath(issue.path)}: ${issue.message}`);
+    throw new KiwiError('FLEET_INVALID', `the fleet file is not valid: ${problems.join('; ')}. See electron/engine/planner/README.md for the format.`, {
+      issues: problems,
+    });
+  }
+  const raw = parsed.data;
+
+  const names = new Set<string>();
+  for (const d of raw.devices) {
+    if (names.has(d.name)) invalid(`two devices are named '${d.name}'; device names must be unique`);
+    names.add(d.name);
+  }
+  const pairs = new Set<string>();
+  const rtts: PairRtt[] = [];
+  for (const [a, b, rttMs] of raw.rtt_ms ?? []) {
+    if (!names.has(a)) invalid(`rtt_ms names '${a}', which is not a device of this fleet`);
+    if (!names.has(b)) invalid(`rtt_ms names '${b}', which is not a device of this fleet`);
+    if (a === b) invalid(`rtt_ms pairs '${a}' with itself`);
+    const key = a < b ? `${a}\u0000${b}` : `${b}\u0000${a}`;
+    if (pairs.has(key)) invalid(`rtt_ms gives the pair '${a}'/'${b}' twice`);
+    pairs.add(key);
+    rtts.push({ a, b, rttMs });
+  }
+
+  const devices: DeviceSpec[] = raw.devices.map((d) => {
+    const out: DeviceSpec = { name: d.name, memoryBytes: d.memory_bytes };
+    if (d.bandwidth_gbps != null) out.bandwidthGBps = d.bandwidth_gbps;
+    if (d.block_ms != null) out.blockMs = d.block_ms;
+    if (d.tflops != null) out.tflops = d.tflops;
+    if (d.nat != null) out.nat = d.nat;
+    if (d.rendezvous_rtt_ms != null) out.rendezvousRttMs = d.rendezvous_rtt_ms;
+    return out;
+  });
+  const model = 'gguf' in raw.model ? { gguf: raw.model.gguf } : toSizes(raw.model);
+  return { model, context: raw.context, concurrency: raw.concurrency, devices, rtts };
+}
+
+/** Validates model sizes coming from code (e.g. read from a GGUF) with the same rules as the file. */
+export function checkModelSizes(sizes: ModelSizes): ModelSizes {
+  const raw: Record<string, unknown> = {
+    name: sizes.name,
+    layers: sizes.layers,
+    block_bytes: sizes.blockBytes,
+    head_bytes: sizes.headBytes,
+    head_resident_bytes: sizes.headResidentBytes,
+    kv_bytes_per_token_per_layer: sizes.kvBytesPerTokenPerLayer,
+  };
+  if (sizes.blockParams !== undefined) raw.block_params = sizes.blockParams;
+  const parsed = sizesSchema.safeParse(raw);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.slice(0, 5).map((issue) => `${formatPath(issue.path)}: ${issue.message}`);
+    throw new KiwiError('FLEET_INVALID', `the model's sizes are not usable by the planner: ${problems.join('; ')}`);
+  }
+  return toSizes(parsed.data);
+}
+
+/** Replaces a `{"gguf": path}` model by the sizes read from that file. */
+export function withModelSizes(file: FleetFile, sizes: ModelSizes): Fleet {
+  return { ...file, model: checkModelSizes(sizes) };
+}
+
+export function isResolved(file: FleetFile): file is Fleet {
+  return !('gguf' in file.model);
+}
+
+function toSizes(raw: RawSizes): ModelSizes {
+  const out: ModelSizes = {
+    name: raw.name,
+    layers: raw.layers,
+    blockBytes: raw.block_bytes,
+    headBytes: raw.head_bytes,
+    headResidentBytes: raw.head_resident_bytes,
+    kvBytesPerTokenPerLayer: raw.kv_bytes_per_token_per_layer,
+  };
+  if (raw.block_params !== undefined) out.blockParams = raw.block_params;
+  return out;
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out === '' ? String(p) : `.${String(p)}`;
+  return out === '' ? '(top level)' : out;
+}
+
+function invalid(message: string): never {
+  throw new KiwiError('FLEET_INVALID', `the fleet file is not valid: ${message}.`);
+}

@@ -1,0 +1,71 @@
+// The public JSON of `kiwi plan` (documented in README.md next to this file): snake_case, ms
+// rounded to microseconds, and null times in the `memory` tier, which has no time unit.
+import type { Tier } from './cost-model.js';
+import type { Fleet } from './fleet.js';
+import type { Division, PlanResult } from './plan.js';
+import type { EdgeKind } from './ring-order.js';
+
+export interface StageJson {
+  device: string;
+  start: number;
+  end: number;
+  head: boolean;
+  stage_ms: number | null;
+  memory_bytes: number;
+}
+
+export interface DivisionJson {
+  fits: boolean;
+  bottleneck_ms: number | null;
+  utilization: number;
+  stages: StageJson[];
+}
+
+export interface EdgeJson {
+  from: string;
+  to: string;
+  kind: EdgeKind;
+  latency_ms: number | null;
+}
+
+export interface PlanJson {
+  tier: Tier;
+  order: string[];
+  head: string;
+  stages: StageJson[];
+  bottleneck_ms: number | null;
+  circuit_ms: number | null;
+  utilization: number;
+  edges: EdgeJson[];
+  baselines: { uniform: DivisionJson; proportional: DivisionJson };
+}
+
+export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
+  const name = (i: number): string => fleet.devices[i]?.name as string;
+  const timed = plan.tier !== 'memory';
+  const ms = (x: number): number | null => (timed ? round(x, 3) : null);
+  const stages = (d: Division): StageJson[] =>
+    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), memory_bytes: s.memoryBytes }));
+  const division = (d: Division): DivisionJson => ({
+    fits: d.fits,
+    bottleneck_ms: ms(d.bottleneck),
+    utilization: round(d.utilization, 4),
+    stages: stages(d),
+  });
+  return {
+    tier: plan.tier,
+    order: plan.order.map(name),
+    head: name(plan.head),
+    stages: stages(plan.division),
+    bottleneck_ms: ms(plan.division.bottleneck),
+    circuit_ms: ms(plan.circuit),
+    utilization: round(plan.division.utilization, 4),
+    edges: plan.edges.map((e) => ({ from: name(e.from), to: name(e.to), kind: e.kind, latency_ms: e.latencyMs === null ? null : round(e.latencyMs, 3) })),
+    baselines: { uniform: division(plan.baselines.uniform), proportional: division(plan.baselines.proportional) },
+  };
+}
+
+function round(x: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}

@@ -1,0 +1,159 @@
+// The planner (Kafila §V): ring order from reachability, the exact block division for each choice
+// of head, head placement with the anchor rule, admission, and the baselines for comparison.
+// Pure: takes a validated Fleet, returns a plan or throws a KiwiError. Layer ranges are integer
+// half-open [start, end).
+import { KiwiError } from '../errors.js';
+import { memoryShortfall } from './admission.js';
+import { proportionalCounts, uniformCounts } from './baselines.js';
+import { chooseTier, deviceCosts, stageCost, stageMemoryBytes, type DeviceCost, type Tier } from './cost-model.js';
+import type { Fleet } from './fleet.js';
+import { partitionChain } from './partition.js';
+import { orderRing, type Ring, type RingEdge } from './ring-order.js';
+
+/** Kafila keeps the anchor as head unless another head shortens the bottleneck by more than this. */
+export const ANCHOR_MARGIN = 0.05;
+
+export interface PlanOptions {
+  /** Relative improvement another head must beat to replace the anchor (default 0.05). */
+  anchorMargin?: number;
+  /** The device holding the head now (re-planning keeps it when it is good enough); default: the first device. */
+  currentHead?: string;
+}
+
+export interface StagePlan {
+  /** Index into fleet.devices. */
+  device: number;
+  start: number;
+  end: number;
+  head: boolean;
+  /** Per-token cost: ms, or a relative unit in the `memory` tier. */
+  cost: number;
+  memoryBytes: number;
+  fits: boolean;
+}
+
+export interface Division {
+  /** In ring order from the head. */
+  stages: StagePlan[];
+  fits: boolean;
+  bottleneck: number;
+  /** Mean stage cost over the bottleneck: the share of the fleet's time spent working in a full pipeline. */
+  utilization: number;
+}
+
+export interface PlanResult {
+  tier: Tier;
+  /** Device indices in ring order, starting with the head. */
+  order: number[];
+  head: number;
+  division: Division;
+  /** Edges in ring order from the head (none for a single device). */
+  edges: RingEdge[];
+  /** Σ stage cost + Σ known edge latency: one token's trip around the ring. */
+  circuit: number;
+  baselines: { uniform: Division; proportional: Division };
+  /** The exact bottleneck for each rotation of the anchor-first ring (null: does not fit). */
+  rotations: Array<number | null>;
+}
+
+export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
+  const { model, devices } = fleet;
+  const m = devices.length;
+  if (m > model.layers) {
+    throw new KiwiError(
+      'PLAN_TOO_MANY_DEVICES',
+      `${m} devices cannot share ${model.layers} blocks: every admitted device needs at least one. Admit at most ${model.layers} devices.`,
+      { devices: m, layers: model.layers },
+    );
+  }
+  const tier = chooseTier(devices);
+  const costs = deviceCosts(fleet, tier);
+  const ring = orderRing(devices, fleet.rtts);
+
+  const anchorName = options.currentHead ?? (devices[0]?.name as string);
+  const anchorDevice = devices.findIndex((d) => d.name === anchorName);
+  if (anchorDevice < 0) throw new KiwiError('USAGE', `the current head '${anchorName}' is not a device of this fleet`);
+  const anchor = ring.order.indexOf(anchorDevice);
+
+  // Exact division for every head choice (rotation of the ring).
+  const solved = ring.order.map((_, r) => {
+    const chain = rotate(ring.order, r);
+    const part = partitionChain(chain.map((i) => costs[i] as DeviceCost), model.layers, 0);
+    return part === null ? null : { r, chain, part };
+  });
+  const feasible = solved.filter((s) => s !== null);
+  if (feasible.length === 0) throw insufficientMemory(fleet, costs);
+
+  const circuitOf = (s: (typeof feasible)[number]): number =>
+    s.part.counts.reduce((acc, k, i) => acc + stageCost(costs[s.chain[i] as number] as DeviceCost, k, i === 0), 0);
+  let best = feasible[0] as (typeof feasible)[number];
+  for (const s of feasible) {
+    if (s.part.bottleneck < best.part.bottleneck || (s.part.bottleneck === best.part.bottleneck && circuitOf(s) < circuitOf(best))) best = s;
+  }
+  const margin = options.anchorMargin ?? ANCHOR_MARGIN;
+  const atAnchor = solved[anchor];
+  // Head changes cost a reload of the embedding; keep the anchor unless the gain beats the noise.
+  const chosen =
+    atAnchor != null && atAnchor.part.bottleneck - best.part.bottleneck <= margin * atAnchor.part.bottleneck ? atAnchor : best;
+
+  const division = evaluate(costs, chosen.chain, chosen.part.counts);
+  const edges = rotate(ring.edges, chosen.r);
+  const circuit = division.stages.reduce((acc, s) => acc + s.cost, 0) + edges.reduce((acc, e) => acc + (e.latencyMs ?? 0), 0);
+
+  // Baselines: same ring, head on the anchor.
+  const baseChain = rotate(ring.order, anchor);
+  const uniform = evaluate(costs, baseChain, uniformCounts(model.layers, m));
+  const proportional = evaluate(
+    costs,
+    baseChain,
+    proportionalCounts(
+      model.layers,
+      baseChain.map((i) => devices[i]?.memoryBytes ?? 0),
+    ),
+  );
+
+  return {
+    tier,
+    order: chosen.chain,
+    head: chosen.chain[0] as number,
+    division,
+    edges,
+    circuit,
+    baselines: { uniform, proportional },
+    rotations: solved.map((s) => (s === null ? null : s.part.bottleneck)),
+  };
+}
+
+/** Stages, costs and fit of a division of blocks over a chain whose first device holds the head. */
+export function evaluate(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[]): Division {
+  let start = 0;
+  const stages = chain.map((device, i) => {
+    const blocks = counts[i] as number;
+    const c = costs[device] as DeviceCost;
+    const head = i === 0;
+    const memoryBytes = stageMemoryBytes(c, blocks, head);
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), memoryBytes, fits: memoryBytes <= c.memoryBytes };
+    start += blocks;
+    return stage;
+  });
+  const bottleneck = Math.max(...stages.map((s) => s.cost));
+  const mean = stages.reduce((acc, s) => acc + s.cost, 0) / stages.length;
+  return { stages, fits: stages.every((s) => s.fits), bottleneck, utilization: bottleneck > 0 ? mean / bottleneck : 1 };
+}
+
+function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiError {
+  const short = memoryShortfall(costs, fleet.model.layers);
+  const device = fleet.devices[short.device]?.name as string;
+  const others = short.cannotHoldABlock.filter((i) => i !== short.device).map((i) => fleet.devices[i]?.name);
+  const gib = (short.shortByBytes / 2 ** 30).toFixed(2);
+  const message = short.alone
+    ? `the fleet cannot hold ${fleet.model.name} at context ${fleet.context} × ${fleet.concurrency} requests: '${device}' is short by ${short.shortByBytes} bytes (${gib} GiB) even with the best division. Free that much memory on '${device}', admit another device, or lower the context or concurrency.`
+    : `the fleet cannot hold ${fleet.model.name} at context ${fleet.context} × ${fleet.concurrency} requests: '${device}' lacks ${short.shortByBytes} bytes (${gib} GiB) to hold even one block, and so do ${others.map((n) => `'${n}'`).join(', ')}. Give those devices more memory, leave them out, or lower the context or concurrency.`;
+  return new KiwiError('PLAN_INSUFFICIENT_MEMORY', message, { device, short_by_bytes: short.shortByBytes });
+}
+
+function rotate<T>(xs: readonly T[], r: number): T[] {
+  return [...xs.slice(r), ...xs.slice(0, r)];
+}
+
+export type { Ring };
