@@ -86,10 +86,13 @@ export type KiwiErrorCode =
   | 'RENDEZVOUS_UNEXPECTED'
   | 'SESSION_CODE_INVALID'
   | 'SESSION_DISCONNECTED'
+  | 'SESSION_ENDED'
   | 'SESSION_EVICTED'
   | 'SESSION_NOT_CONNECTED'
+  | 'SESSION_NOT_FOUND_ON_LAN'
   | 'SESSION_REJECTED'
   | 'SESSION_TIMEOUT'
+  | 'SESSION_UNREACHABLE'
   | (string & {});
 
 export class KiwiError extends Error {

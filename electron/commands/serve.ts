@@ -1,0 +1,94 @@
+// `kiwi serve`: runs a whole model in this process (optionally as a chain of --split stages) behind
+// the OpenAI-compatible API until SIGINT/SIGTERM. JSON events: loading, serving {url}, stopped.
+import { join } from 'node:path';
+import { KiwiError } from '../engine/errors.js';
+import { kiwiCacheDir } from '../engine/paths.js';
+import { parseSplit } from '../engine/runtime/layer-range.js';
+import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
+import { ShardCache } from '../engine/runtime/shard-cache.js';
+import { startOpenAiServer } from '../engine/server/http-server.js';
+import { LocalBackend } from '../engine/server/local-backend.js';
+import { booleanOption, defineCommand, stringOption } from './command.js';
+import { intOption } from './rendezvous.js';
+import { eventPrinter, untilStopped } from './session-io.js';
+
+const PROVIDERS: readonly ExecutionProvider[] = ['cpu', 'cuda', 'dml'];
+
+export const serveCommand = defineCommand({
+  name: 'serve',
+  summary: 'Serve a GGUF model on this machine as an OpenAI-compatible API',
+  description:
+    'Serves POST /v1/chat/completions, POST /v1/completions and GET /v1/models (streaming and not) until Ctrl-C. ' +
+    'Listens on 127.0.0.1 unless --lan or --host says otherwise; with --lan, set an API key. ' +
+    'The API key can also come from the KIWI_API_KEY environment variable (it then stays out of the process list).',
+  positionals: [],
+  options: {
+    model: { type: 'string', valueName: 'FILE', description: 'Path of the GGUF model file' },
+    port: { type: 'string', valueName: 'P', description: 'Port of the API (0: any free port)', default: '8080' },
+    host: { type: 'string', valueName: 'ADDR', description: 'Address to listen on (default 127.0.0.1)' },
+    lan: { type: 'boolean', description: 'Listen on all interfaces so other machines on the network can connect' },
+    'api-key': { type: 'string', valueName: 'KEY', description: 'Require Authorization: Bearer KEY on every /v1 request' },
+    split: { type: 'string', valueName: 'RANGES', description: 'Run the model as stages with these layer ranges, e.g. 0-2,2-5' },
+    parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once (batched decoding)', default: '8' },
+    'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a free slot; more get HTTP 429', default: '64' },
+    'kv-cache-mb': { type: 'string', valueName: 'MB', description: 'KV-cache budget shared by running requests (at least one full context)', default: '1024' },
+    provider: { type: 'string', valueName: 'EP', description: 'Execution provider: cpu, cuda or dml (default: best available)' },
+    threads: { type: 'string', valueName: 'N', description: 'CPU threads (default: all cores)' },
+    'no-shard-cache': { type: 'boolean', description: 'Build the stage graphs in memory instead of using the shard cache on disk' },
+    json: { type: 'boolean', description: 'Print one JSON object per event' },
+  },
+  async run(ctx) {
+    const modelPath = stringOption(ctx, 'model');
+    if (modelPath === undefined) throw new KiwiError('USAGE', "missing --model. Run 'kiwi serve --help'.");
+    const lan = booleanOption(ctx, 'lan');
+    if (lan && stringOption(ctx, 'host') !== undefined) throw new KiwiError('USAGE', 'give either --lan or --host, not both');
+    const host = lan ? '0.0.0.0' : (stringOption(ctx, 'host') ?? '127.0.0.1');
+    const port = intOption(stringOption(ctx, 'port') ?? '8080', 'port', 0, 65535);
+    const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
+    const maxQueue = intOption(stringOption(ctx, 'max-queue') ?? '64', 'max-queue', 0, 100_000);
+    const kvCacheMb = intOption(stringOption(ctx, 'kv-cache-mb') ?? '1024', 'kv-cache-mb', 1, 1_048_576);
+    const provider = stringOption(ctx, 'provider');
+    if (provider !== undefined && !PROVIDERS.includes(provider as ExecutionProvider)) {
+      throw new KiwiError('USAGE', `--provider must be one of ${PROVIDERS.join(', ')}, got '${provider}'`);
+    }
+    const threadsText = stringOption(ctx, 'threads');
+    const threads = threadsText !== undefined ? intOption(threadsText, 'threads', 1, 1024) : undefined;
+    const splitText = stringOption(ctx, 'split');
+    const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
+    const json = booleanOption(ctx, 'json');
+    const print = eventPrinter(ctx.stdout, json);
+
+    const backend = new LocalBackend(modelPath, {
+      ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
+      ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
+      ...(threads !== undefined ? { threads } : {}),
+      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
+      maxBatch: parallel,
+      kvBudgetBytes: kvCacheMb * 1024 * 1024,
+    });
+    // Listen first: a port in use fails at once, and clients get 503 (not a refused connection) while the model loads.
+    const server = await startOpenAiServer(backend, {
+      host,
+      port,
+      maxActive: parallel,
+      maxQueue,
+      ...(apiKey !== undefined ? { apiKey } : {}),
+      onError: (err) => ctx.stderr.write(`kiwi serve: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
+    });
+    const stopped = untilStopped(ctx.signal);
+    try {
+      print('loading', { model: backend.modelId, url: server.url }, `Loading ${modelPath} (the API answers 503 until it is ready)...`);
+      await backend.load();
+      if (lan && apiKey === undefined) {
+        ctx.stderr.write('kiwi serve: warning: listening on all interfaces without --api-key; anyone on the network can use the model\n');
+      }
+      print('serving', { url: server.url, model: backend.modelId, host: server.host, port: server.port }, `Serving ${backend.modelId} at ${server.url} (Ctrl-C to stop)`);
+      await stopped;
+    } finally {
+      await server.close();
+      await backend.close();
+    }
+    print('stopped', {}, 'Stopped.');
+    return 0;
+  },
+});

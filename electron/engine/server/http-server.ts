@@ -1,0 +1,153 @@
+// node:http around the OpenAI API core (openai-api.ts): turns sockets into ApiRequests, writes
+// responses with per-response backpressure, cancels a request when its client disconnects, and
+// shuts down gracefully (stop accepting, let running requests finish for a grace period, then
+// cancel them). Listens on loopback unless told otherwise.
+import { createServer } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { KiwiError } from '../errors.js';
+import type { CompletionBackend } from './completion-backend.js';
+import { createOpenAiApi } from './openai-api.js';
+import { toOpenAiError } from './openai-errors.js';
+import type { ApiResponse, OpenAiApi, OpenAiApiOptions } from './openai-api.js';
+
+export interface OpenAiServerOptions extends Omit<OpenAiApiOptions, 'backend'> {
+  /** Default 127.0.0.1 (loopback); '0.0.0.0' or '::' to listen on the LAN. */
+  host?: string;
+  /** Default 8080; 0 picks a free port. */
+  port?: number;
+  /** How long close() lets running requests finish before cancelling them. Default 3000 ms. */
+  shutdownGraceMs?: number;
+}
+
+export interface OpenAiServer {
+  /** Base URL of the API, e.g. http://127.0.0.1:8080/v1. */
+  readonly url: string;
+  readonly host: string;
+  readonly port: number;
+  readonly api: OpenAiApi;
+  /** Requests being handled right now. */
+  readonly inFlight: number;
+  close(): Promise<void>;
+}
+
+export async function startOpenAiServer(backend: CompletionBackend, opts: OpenAiServerOptions = {}): Promise<OpenAiServer> {
+  const api = createOpenAiApi({ ...opts, backend });
+  const host = opts.host ?? '127.0.0.1';
+  const graceMs = opts.shutdownGraceMs ?? 3000;
+  const inFlight = new Map<AbortController, Promise<void>>();
+  let closing = false;
+
+  const server = createServer({ noDelay: true }, (req, res) => {
+    const controller = new AbortController();
+    const done = serve(api, req, res, controller, () => closing, opts.onError).finally(() => inFlight.delete(controller));
+    inFlight.set(controller, done);
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException): void => {
+      reject(new KiwiError('LISTEN_FAILED', `cannot listen on ${host}:${opts.port ?? 8080} (${err.code ?? err.message}); choose another --port or stop what uses it`, { host, port: opts.port ?? 8080 }));
+    };
+    server.once('error', onError);
+    server.listen(opts.port ?? 8080, host, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const urlHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+
+  let closed: Promise<void> | undefined;
+  return {
+    url: `http://${urlHost}:${port}/v1`,
+    host,
+    port,
+    api,
+    get inFlight() {
+      return inFlight.size;
+    },
+    close() {
+      closed ??= (async () => {
+        closing = true;
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        let timer: NodeJS.Timeout | undefined;
+        const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
+        await Promise.race([Promise.all(inFlight.values()), grace]);
+        clearTimeout(timer);
+        for (const c of inFlight.keys()) c.abort(new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down; retry against a running server'));
+        await Promise.all(inFlight.values());
+        server.closeAllConnections();
+        await stopped;
+      })();
+      return closed;
+    },
+  };
+}
+
+async function serve(
+  api: OpenAiApi,
+  req: IncomingMessage,
+  res: ServerResponse,
+  controller: AbortController,
+  closing: () => boolean,
+  onError: ((err: unknown) => void) | undefined,
+): Promise<void> {
+  // 'close' before the response finished: the client went away; its generation stops.
+  res.on('close', () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  const headers: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  const response: ApiResponse = closing()
+    ? shuttingDown()
+    : await api.handle({
+        method: req.method ?? 'GET',
+        path: new URL(req.url ?? '/', 'http://localhost').pathname,
+        headers,
+        body: req,
+        signal: controller.signal,
+      });
+  if (res.destroyed) {
+    if ('stream' in response) await response.stream[Symbol.asyncIterator]().return?.();
+    return;
+  }
+  // A body left unread (refused early) or a server going down: do not keep the connection.
+  if (!req.complete || closing()) res.setHeader('connection', 'close');
+  if ('body' in response) {
+    res.writeHead(response.status, { ...response.headers, 'content-length': String(Buffer.byteLength(response.body)) }).end(response.body);
+    return;
+  }
+  res.writeHead(response.status, response.headers);
+  res.flushHeaders(); // the client learns at once that its stream started, before the first token
+  try {
+    for await (const chunk of response.stream) {
+      if (res.destroyed) break;
+      if (!res.write(chunk)) await writable(res);
+    }
+  } catch (err) {
+    // openai-api.ts turns failures into error events; anything escaping it is a bug.
+    onError?.(err);
+    res.destroy();
+    return;
+  }
+  res.end();
+}
+
+function shuttingDown(): ApiResponse {
+  const { status, body } = toOpenAiError(new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down; retry against a running server'));
+  return { status, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify(body) };
+}
+
+/** Resolves when `res` can take more (drain) or never will (closed). */
+function writable(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}

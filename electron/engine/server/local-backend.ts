@@ -1,0 +1,261 @@
+// The CompletionBackend of a model running in this process: the runtime's stage chain driven by a
+// BatchGenerator, the model's tokenizer and chat template. This is the only server module that
+// knows the runtime's API; the ring pipeline will be another CompletionBackend.
+import { basename } from 'node:path';
+import { KiwiError } from '../errors.js';
+import { chatTemplateForModel, chatTokensOf } from '../model/chat-template.js';
+import type { ChatTemplate } from '../model/chat-template.js';
+import { BatchGenerator } from '../runtime/generation.js';
+import { KvBlockPool } from '../runtime/kv-pool.js';
+import { openLocalModel } from '../runtime/local-model.js';
+import type { LocalModel, LocalModelOptions } from '../runtime/local-model.js';
+import { Sampler } from '../runtime/sampling.js';
+import type { SamplingOptions } from '../runtime/sampling.js';
+import { attentionHeadDim } from '../runtime/stage-graph.js';
+import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
+
+export interface LocalBackendOptions extends LocalModelOptions {
+  /** The name clients use; default the file name without `.gguf`. */
+  modelId?: string;
+  /** Most requests decoded in one forward pass. Default 8. */
+  maxBatch?: number;
+  /** KV-cache budget of the pool; it always holds at least one full context. Default 1 GiB. */
+  kvBudgetBytes?: number;
+}
+
+const KV_BLOCK_TOKENS = 16;
+const DEFAULT_KV_BUDGET_BYTES = 1024 ** 3;
+
+interface Loaded {
+  model: LocalModel;
+  template: ChatTemplate;
+  pool: KvBlockPool;
+  generator: BatchGenerator;
+}
+
+/**
+ * A sampler that ends its request when the request is cancelled. The runtime's own `signal` check
+ * fails the whole decode batch it runs in (generation.ts), so after prefill cancellation is raised
+ * here, inside the per-request sampling step, where a failure ends only that request.
+ */
+class CancellableSampler extends Sampler {
+  constructor(
+    options: SamplingOptions,
+    private readonly beforeSample: () => void,
+  ) {
+    super(options);
+  }
+
+  override sample(logits: Float32Array, history: readonly number[]): number {
+    this.beforeSample();
+    return super.sample(logits, history);
+  }
+}
+
+export class LocalBackend implements CompletionBackend {
+  readonly modelId: string;
+  createdAt = 0;
+  private state: BackendStatus = 'starting';
+  private loaded: Loaded | undefined;
+  /** Cancels and settles every running generation (on close). */
+  private readonly running = new Map<(reason: unknown) => void, Promise<unknown>>();
+  private readonly counts = { completed: 0, cancelled: 0, failed: 0 };
+
+  constructor(
+    readonly modelPath: string,
+    private readonly opts: LocalBackendOptions = {},
+  ) {
+    this.modelId = opts.modelId ?? basename(modelPath).replace(/\.gguf$/i, '');
+  }
+
+  /** Constructs and loads in one step. */
+  static async open(modelPath: string, opts: LocalBackendOptions = {}): Promise<LocalBackend> {
+    const backend = new LocalBackend(modelPath, opts);
+    await backend.load();
+    return backend;
+  }
+
+  async load(): Promise<void> {
+    if (this.loaded !== undefined || this.state !== 'starting') throw new Error('LocalBackend.load called twice');
+    let model: LocalModel;
+    try {
+      model = await openLocalModel(this.modelPath, this.opts);
+    } catch (err) {
+      this.state = 'unavailable';
+      throw err;
+    }
+    if (this.state !== 'starting') {
+      // close() was called while the model loaded.
+      await model.dispose();
+      throw new KiwiError('API_SHUTTING_DOWN', 'the backend was closed while the model was loading');
+    }
+    const { shape } = model;
+    // Per position: K and V of every layer, [kvHeads, headDim] f32 each (the runtime's KvCache).
+    const bytesPerToken = 2 * shape.blockCount * shape.kvHeads * attentionHeadDim(shape) * 4;
+    const context = model.chain.maxPositions;
+    const budgetBlocks = Math.floor((this.opts.kvBudgetBytes ?? DEFAULT_KV_BUDGET_BYTES) / (bytesPerToken * KV_BLOCK_TOKENS));
+    const pool = new KvBlockPool(Math.max(Math.ceil(context / KV_BLOCK_TOKENS), budgetBlocks), KV_BLOCK_TOKENS, bytesPerToken);
+    this.loaded = {
+      model,
+      template: chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer)),
+      pool,
+      generator: new BatchGenerator(model.chain, pool, { maxBatch: this.opts.maxBatch ?? 8 }),
+    };
+    this.createdAt = Math.floor(Date.now() / 1000);
+    this.state = 'serving';
+  }
+
+  status(): BackendStatus {
+    return this.state;
+  }
+
+  get contextTokens(): number {
+    return this.loaded?.model.chain.maxPositions ?? 0;
+  }
+
+  /** The KV block pool (free vs total blocks shows what running requests hold). */
+  get kvPool(): KvBlockPool {
+    return this.ready().pool;
+  }
+
+  /** Generations so far by how they ended, and how many run now. */
+  stats(): { running: number; completed: number; cancelled: number; failed: number } {
+    return { running: this.running.size, ...this.counts };
+  }
+
+  /** Where the chat template came from: the model's metadata or a fallback. */
+  get chatTemplateSource(): ChatTemplate['source'] {
+    return this.ready().template.source;
+  }
+
+  prepare(prompt: PromptInput): PreparedPrompt {
+    const { model, template } = this.ready();
+    const tok = model.tokenizer;
+    let ids: number[];
+    let text: string;
+    switch (prompt.kind) {
+      case 'chat': {
+        // OpenAI's newer 'developer' role is the 'system' role of chat templates.
+        text = template.render(prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content })));
+        // The template writes special tokens as text; BOS is added unless it wrote one itself.
+        ids = tok.encode(text, { parseSpecial: true, addBos: false });
+        if (tok.addBos && tok.bosId !== undefined && ids[0] !== tok.bosId) ids.unshift(tok.bosId);
+        break;
+      }
+      case 'text':
+        text = prompt.text;
+        ids = tok.encode(text, { parseSpecial: true });
+        break;
+      case 'ids':
+        for (const id of prompt.ids) {
+          if (id >= tok.vocabSize) {
+            throw new KiwiError('TOKEN_INVALID', `prompt token ${id} is outside the vocabulary of ${tok.vocabSize} tokens`, { param: 'prompt' });
+          }
+        }
+        ids = [...prompt.ids];
+        text = tok.decode(ids, { special: true });
+        break;
+    }
+    if (ids.length === 0) throw new KiwiError('API_BAD_REQUEST', 'the prompt is empty; give at least one token', { param: prompt.kind === 'chat' ? 'messages' : 'prompt' });
+    return { ids, text };
+  }
+
+  async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
+    const { model, generator } = this.ready();
+    const tok = model.tokenizer;
+    const cancel = new AbortController();
+    // Until its first token is sampled a request is only waiting (KV admission, prefill queue, its
+    // own prefill step): the runtime's signal may end it there without touching other requests.
+    const admission = new AbortController();
+    let started = false;
+    let ended = false;
+    const stop = (reason: unknown): void => {
+      cancel.abort(reason);
+      if (!started) admission.abort(reason);
+    };
+    const onAbort = (): void => stop(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+
+    const events: GenerationEvent[] = [];
+    let failure: { error: unknown } | undefined;
+    let wake: (() => void) | undefined;
+    const notify = (): void => {
+      wake?.();
+      wake = undefined;
+    };
+    const decoder = tok.createStreamDecoder();
+    let text = '';
+    const done = generator
+      .generate({
+        promptIds: request.promptIds,
+        maxTokens: request.maxTokens,
+        sampler: new CancellableSampler(request.sampling, () => {
+          started = true;
+          cancel.signal.throwIfAborted();
+        }),
+        isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
+        // Called right after onToken for the same ids: the streamed text so far.
+        textOf: () => text,
+        stop: request.stop,
+        signal: admission.signal,
+        onToken: (id) => {
+          const piece = decoder.push(id);
+          text += piece;
+          events.push({ type: 'token', id, text: piece });
+          notify();
+        },
+      })
+      .then(
+        (result) => {
+          this.counts.completed++;
+          events.push({ type: 'end', finishReason: result.finishReason, text: decoder.flush(), completionTokens: result.ids.length });
+          notify();
+        },
+        (error: unknown) => {
+          if (cancel.signal.aborted || admission.signal.aborted) this.counts.cancelled++;
+          else this.counts.failed++;
+          failure = { error };
+          notify();
+        },
+      );
+    this.running.set(stop, done);
+    try {
+      for (;;) {
+        const event = events.shift();
+        if (event !== undefined) {
+          if (event.type === 'end') ended = true;
+          yield event;
+          if (ended) return;
+        } else if (failure !== undefined) {
+          throw failure.error;
+        } else {
+          await new Promise<void>((resolve) => (wake = resolve));
+        }
+      }
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+      // A consumer that stops reading early cancels the generation (and so frees its KV blocks).
+      if (!ended && !cancel.signal.aborted) stop(new KiwiError('API_CLIENT_CLOSED', 'the consumer stopped reading'));
+      void done.then(() => this.running.delete(stop));
+    }
+  }
+
+  /** Cancels running generations, waits for them to let go of the model, and frees it. */
+  async close(): Promise<void> {
+    if (this.state === 'unavailable' && this.loaded === undefined) return;
+    this.state = 'unavailable';
+    const loaded = this.loaded;
+    this.loaded = undefined;
+    for (const stop of this.running.keys()) stop(new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down'));
+    await Promise.all(this.running.values());
+    await loaded?.model.dispose();
+  }
+
+  private ready(): Loaded {
+    if (this.loaded === undefined) {
+      throw new KiwiError('API_NOT_SERVING', this.state === 'starting' ? 'the model is still loading; retry in a moment' : 'the model is not available');
+    }
+    return this.loaded;
+  }
+}
