@@ -1,23 +1,18 @@
 // `kiwi serve` as a real process: it prints where it serves, answers the OpenAI API with its key,
 // and on SIGTERM stops accepting, ends its streams and exits 0.
-import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { testModelPath } from '../engine/model/test-models.js';
-import { ProcessSet, waitEvent } from '../engine/test-support/processes.js';
+import { kiwiEntry, ProcessSet, waitEvent } from '../engine/test-support/processes.js';
 
-const procs = new ProcessSet('serve-process-test');
-beforeAll(async () => {
-  await procs.bundle({ cli: 'electron/cli.ts' });
-  await writeFile(join(procs.outDir, 'run.mjs'), "import { main } from './cli.mjs';\nprocess.exitCode = await main(process.argv.slice(2));\n");
-});
+const procs = new ProcessSet();
 afterEach(() => procs.killAll());
 afterAll(() => procs.dispose());
 
 describe('kiwi serve (a real process on loopback)', () => {
   it('prints its URL, serves the model, and on SIGTERM ends its streams and exits 0', async () => {
     const model = await testModelPath('stories260K.gguf');
-    const p = procs.spawn(process.execPath, [join(procs.outDir, 'run.mjs'), 'serve', '--model', model, '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
+    const p = procs.spawn(process.execPath, [...kiwiEntry(), 'serve', '--model', model, '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
     const serving = await waitEvent(p, (e) => e.event === 'serving', 'the serving event', 30_000);
     const url = serving.url as string;
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/v1$/);
@@ -36,7 +31,7 @@ describe('kiwi serve (a real process on loopback)', () => {
 
   it('requires the API key given in KIWI_API_KEY, and serves a split model', async () => {
     const model = await testModelPath('stories260K.gguf');
-    const p = procs.spawn('env', ['KIWI_API_KEY=s3cret', process.execPath, join(procs.outDir, 'run.mjs'), 'serve', '--model', model, '--split', '0-2,2-5', '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
+    const p = procs.spawn('env', ['KIWI_API_KEY=s3cret', process.execPath, ...kiwiEntry(), 'serve', '--model', model, '--split', '0-2,2-5', '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
     const url = (await waitEvent(p, (e) => e.event === 'serving', 'the serving event', 30_000)).url as string;
     expect((await fetch(`${url}/models`)).status).toBe(401);
     expect((await fetch(`${url}/models`, { headers: { authorization: 'Bearer s3cret' } })).status).toBe(200);
@@ -44,7 +39,7 @@ describe('kiwi serve (a real process on loopback)', () => {
 
   it('with --lan listens on all interfaces and warns when there is no API key', async () => {
     const model = await testModelPath('stories260K.gguf');
-    const p = procs.spawn(process.execPath, [join(procs.outDir, 'run.mjs'), 'serve', '--model', model, '--lan', '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
+    const p = procs.spawn(process.execPath, [...kiwiEntry(), 'serve', '--model', model, '--lan', '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
     const serving = await waitEvent(p, (e) => e.event === 'serving', 'the serving event', 30_000);
     expect(serving.host).toBe('0.0.0.0');
     expect((await fetch(`${serving.url as string}/models`)).status).toBe(200);

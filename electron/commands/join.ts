@@ -1,0 +1,97 @@
+// `kiwi join CODE`: joins the session of that code, keeps the membership alive with heartbeats,
+// reconnects after a dropped connection and takes part in ring links. A wrong code exits non-zero.
+import { readFile, stat } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { isKiwiError, KiwiError } from '../engine/errors.js';
+import { findOnLan } from '../engine/session/lan-beacon.js';
+import { MemberSession } from '../engine/session/member.js';
+import { parseSessionCode } from '../engine/session/session-code.js';
+import { booleanOption, defineCommand, stringOption } from './command.js';
+import { intOption } from './rendezvous.js';
+import { eventPrinter, untilStopped } from './session-io.js';
+
+export const joinCommand = defineCommand({
+  name: 'join',
+  summary: 'Join a session with the code the host shows',
+  description:
+    'The code is read aloud as number-word-word-word (case and spaces do not matter). The words never leave ' +
+    'this machine: they prove the code to the host by a PAKE (SPAKE2, RFC 9382). Use the rendezvous the host ' +
+    'shows next to the code (default $KIWI_RENDEZVOUS, else the one a host on this network announces).',
+  positionals: [{ name: 'code', description: 'The session code, e.g. 42-orbit-velvet-kiwi', rest: true }],
+  options: {
+    rendezvous: { type: 'string', valueName: 'URL', description: 'Rendezvous of the session' },
+    name: { type: 'string', valueName: 'NAME', description: 'Name the host sees (default: this computer\'s name)' },
+    'member-id': { type: 'string', valueName: 'ID', description: 'Identity to rejoin with (8-64 letters, digits, - or _)' },
+    listen: { type: 'string', valueName: 'ADDR', description: 'Address for direct ring links', default: '0.0.0.0' },
+    'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
+    capabilities: { type: 'string', valueName: 'FILE', description: 'Device summary to show the host (the output of `kiwi bench --json`)' },
+    'heartbeat-ms': { type: 'string', valueName: 'MS', description: 'Interval of heartbeats to the host', default: '5000' },
+    json: { type: 'boolean', description: 'Print one JSON object per event' },
+  },
+  async run(ctx) {
+    const json = booleanOption(ctx, 'json');
+    const print = eventPrinter(ctx.stdout, json);
+    const memberId = stringOption(ctx, 'member-id');
+    const capabilitiesFile = stringOption(ctx, 'capabilities');
+    const capabilities = capabilitiesFile !== undefined ? await readCapabilities(capabilitiesFile) : undefined;
+    const code = ctx.positionals.join(' ');
+    // Without an address, look for the host's announcement on the LAN.
+    const rendezvousUrl = stringOption(ctx, 'rendezvous') ?? process.env.KIWI_RENDEZVOUS ?? (await findOnLan(parseSessionCode(code).nameplate, { signal: ctx.signal }))[0] as string;
+    const member = new MemberSession({
+      code,
+      rendezvousUrl,
+      name: stringOption(ctx, 'name') ?? hostname().slice(0, 64),
+      ...(memberId !== undefined ? { memberId } : {}),
+      ...(capabilities !== undefined ? { capabilities } : {}),
+      heartbeatMs: intOption(stringOption(ctx, 'heartbeat-ms') ?? '5000', 'heartbeat-ms', 10, 3_600_000),
+      ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
+    });
+    member.on('joined', (j) => print('joined', { peer: j.peer, state: j.state, member_id: member.memberId, rejoin: j.rejoin },
+      j.state === 'active' ? 'joined the session' : 'waiting for the host to approve'));
+    member.on('approved', () => print('approved', {}, 'the host approved this member'));
+    member.on('disconnected', (reason) => print('disconnected', { reason }, `disconnected (${reason}); reconnecting`));
+    member.on('link', (s) => {
+      if (s.state === 'up' && s.rttMs !== undefined) print('link', { peer: s.peer, kind: s.kind, rtt_ms: Number(s.rttMs.toFixed(3)) }, `link to ${s.peer}: ${s.kind}, ${s.rttMs.toFixed(2)} ms`);
+    });
+    member.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
+    const fatal = new Promise<KiwiError>((resolve) => member.once('fatal', resolve));
+    const fail = (err: KiwiError): number => {
+      // The --json contract wants an error event; text mode lets cli.ts print the message.
+      if (!json) throw err;
+      print('error', { code: err.code, message: err.message }, '');
+      ctx.stderr.write(`kiwi: ${err.message}\n`);
+      return 1;
+    };
+    try {
+      await member.connect();
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      return fail(err);
+    }
+    let failure: KiwiError | undefined;
+    await untilStopped(ctx.signal, fatal.then((err) => (failure = err)));
+    if (failure !== undefined) return fail(failure);
+    await member.leave();
+    return 0;
+  },
+});
+
+const MAX_CAPABILITIES_BYTES = 32 * 1024;
+
+async function readCapabilities(path: string): Promise<Record<string, unknown>> {
+  let size: number;
+  try {
+    size = (await stat(path)).size;
+  } catch {
+    throw new KiwiError('FILE_NOT_FOUND', `Cannot read ${path}. Create it with 'kiwi bench --json > ${path}'.`);
+  }
+  if (size > MAX_CAPABILITIES_BYTES) throw new KiwiError('USAGE', `${path} is ${size} bytes; a device summary is at most ${MAX_CAPABILITIES_BYTES}.`);
+  let value: unknown;
+  try {
+    value = JSON.parse(await readFile(path, 'utf8'));
+  } catch {
+    throw new KiwiError('USAGE', `${path} is not JSON; use the output of 'kiwi bench --json'.`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new KiwiError('USAGE', `${path} must hold one JSON object.`);
+  return value as Record<string, unknown>;
+}

@@ -1,0 +1,90 @@
+// `kiwi rendezvous`, `kiwi host` and `kiwi join` as real processes on loopback: a session forms
+// from a code, a wrong code is refused and cannot be retried without limit, and a member killed
+// with SIGKILL is soft- then hard-evicted and can rejoin.
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { formatSessionCode, parseSessionCode } from '../engine/session/session-code.js';
+import { kiwiEntry, ProcessSet, waitEvent, type Proc } from '../engine/test-support/processes.js';
+
+const procs = new ProcessSet();
+afterEach(() => procs.killAll());
+afterAll(() => procs.dispose());
+
+function kiwi(...args: string[]): Proc {
+  // Loopback only: the host and members would otherwise listen on every interface and announce
+  // the session on the LAN.
+  const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
+  return procs.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
+}
+
+async function startRendezvous(...extra: string[]): Promise<string> {
+  const rv = kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json', ...extra);
+  return (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous to listen')).url as string;
+}
+
+describe('kiwi rendezvous, host and join (real processes on loopback)', () => {
+  it('a rendezvous, a host and three members form a session from a code', async () => {
+    const url = await startRendezvous();
+    const host = kiwi('host', '--rendezvous', url, '--auto-approve', '--expect', '3', '--json');
+    const session = await waitEvent(host, (e) => e.event === 'session', 'the session code');
+    expect(session.code).toMatch(/^\d+-[a-z]+-[a-z]+-[a-z]+$/);
+    const members = ['ada', 'bob', 'cy'].map((name) => kiwi('join', session.code as string, '--rendezvous', url, '--name', name, '--json'));
+    for (const m of members) expect((await waitEvent(m, (e) => e.event === 'joined', 'joined')).state).toBe('active');
+    await waitEvent(host, (e) => e.event === 'members-ready', 'members-ready');
+    const joined = host.events.filter((e) => e.event === 'member-joined').map((e) => e.name);
+    expect([...joined].sort()).toEqual(['ada', 'bob', 'cy']);
+    // The ring host -> m1 -> m2 -> m3 -> host has four links, each measured.
+    const start = Date.now();
+    while (host.events.filter((e) => e.event === 'link' && typeof e.rtt_ms === 'number').length < 4) {
+      if (Date.now() - start > 20_000) throw new Error(`ring links did not come up: ${JSON.stringify(host.events)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(host.events.filter((e) => e.event === 'link').every((e) => e.kind === 'direct')).toBe(true);
+    // The status listing: members, state, addresses, links with kind and RTT.
+    host.child.stdin?.write('status\n');
+    const status = await waitEvent(host, (e) => e.event === 'status', 'the status listing');
+    const listed = status.members as Array<{ name: string; state: string; addresses: string[] }>;
+    expect(listed.map((m) => [m.name, m.state]).sort()).toEqual([['ada', 'active'], ['bob', 'active'], ['cy', 'active']]);
+    for (const m of listed) expect(m.addresses[0]).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    const links = status.links as Array<{ kind: string; rttMs: number }>;
+    expect(links).toHaveLength(4);
+    for (const l of links) expect(l.rttMs).toBeGreaterThan(0);
+  });
+
+  it('refuses a wrong code, and after repeated failures refuses even the right one', async () => {
+    const url = await startRendezvous('--max-failed-attempts', '3');
+    const host = kiwi('host', '--rendezvous', url, '--auto-approve', '--json');
+    const code = parseSessionCode((await waitEvent(host, (e) => e.event === 'session', 'the session code')).code as string);
+    const wrong = formatSessionCode({ ...code, words: [...code.words.slice(0, 2), code.words[2] === 'kiwi' ? 'lemon' : 'kiwi'] });
+    const errors: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const m = kiwi('join', wrong, '--rendezvous', url, '--name', 'mallory', '--json');
+      expect(await m.exited).not.toBe(0);
+      errors.push(String((await waitEvent(m, (e) => e.event === 'error', 'the error event')).code));
+      // The rendezvous counts a failure when the socket closes; let it see this one first.
+      await waitEvent(host, (e) => e.event === 'join-failed' && host.events.filter((x) => x.event === 'join-failed').length >= Math.min(i + 1, 3), 'the failure count', 10_000);
+    }
+    expect(errors).toEqual(['PAKE_CONFIRMATION_FAILED', 'PAKE_CONFIRMATION_FAILED', 'PAKE_CONFIRMATION_FAILED', 'NAMEPLATE_CLOSED']);
+    const right = kiwi('join', formatSessionCode(code), '--rendezvous', url, '--name', 'late', '--json');
+    expect(await right.exited).not.toBe(0);
+    expect((await waitEvent(right, (e) => e.event === 'error', 'the error event')).code).toBe('NAMEPLATE_CLOSED');
+    expect(right.stderr.join('\n')).toMatch(/no more members/);
+  });
+
+  it('soft- then hard-evicts a member killed with SIGKILL, and lets it rejoin', async () => {
+    const host = kiwi('host', '--auto-approve', '--soft-evict-ms', '800', '--hard-evict-ms', '2000', '--json');
+    const session = await waitEvent(host, (e) => e.event === 'session', 'the session code');
+    const args = ['join', session.code as string, '--rendezvous', session.rendezvous as string, '--name', 'kim', '--member-id', 'kim-laptop-1', '--heartbeat-ms', '100', '--json'];
+    const first = kiwi(...args);
+    await waitEvent(first, (e) => e.event === 'joined', 'joined');
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const soft = await waitEvent(host, (e) => e.event === 'member-left' && e.reason === 'soft-evicted', 'soft eviction');
+    const hard = await waitEvent(host, (e) => e.event === 'member-left' && e.reason === 'hard-evicted', 'hard eviction');
+    expect(host.events.indexOf(soft)).toBeLessThan(host.events.indexOf(hard));
+    const again = kiwi(...args);
+    await waitEvent(again, (e) => e.event === 'joined', 'joined again');
+    const rejoined = await waitEvent(host, (e) => e.event === 'member-joined' && e.rejoined === true, 'the rejoin');
+    expect(rejoined).toMatchObject({ name: 'kim', member_id: 'kim-laptop-1' });
+  });
+});

@@ -1,0 +1,408 @@
+// The host's side of a session (composition root for it): opens a nameplate on a rendezvous
+// (its own embedded one unless given a URL), runs SPAKE2 with each claimant, admits the ones that
+// prove the code, keeps the membership state through the pure reducer, and hands ring neighbours
+// their link keys. Wrong codes are reported to the rendezvous, which closes the nameplate after
+// too many.
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { isKiwiError, KiwiError } from '../errors.js';
+import { HOST_PEER, RelayChannel } from '../rendezvous/protocol.js';
+import { startRendezvous, type Rendezvous } from '../rendezvous/server.js';
+import { wsUrls } from '../transport/addresses.js';
+import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
+import { startBeacon } from './lan-beacon.js';
+import { LinkManager, type RingLinkStatus } from './link-manager.js';
+import { activeMembers, apply, initialMembership, type MemberRecord, type MembershipChange, type MembershipEvent, type MembershipState } from './membership.js';
+import { RendezvousClient } from './rendezvous-client.js';
+import { codePassword, formatSessionCode, generateSessionCode } from './session-code.js';
+import { decodeControl, encodeControl, fromB64, MemberToHost, PakeBody, parseBody, toB64, type HostToMember } from './session-messages.js';
+import { passwordScalar, spake2Start, type Spake2Pending, type Spake2Result } from './spake2.js';
+
+export const PAKE_ID_MEMBER = new TextEncoder().encode('kiwi member');
+export const PAKE_ID_HOST = new TextEncoder().encode('kiwi host');
+export const pakeAad = (nameplate: number): Uint8Array => new TextEncoder().encode(`kiwi/1 nameplate ${nameplate}`);
+export const controlContext = (nameplate: number, peer: number): string => `control|${nameplate}|${peer}`;
+
+export interface HostOptions {
+  /** A shared rendezvous; without it the host runs one in-process. */
+  rendezvousUrl?: string;
+  /** Where the embedded rendezvous listens. */
+  embeddedRendezvous?: { host: string; port: number };
+  autoApprove?: boolean;
+  softEvictMs?: number;
+  hardEvictMs?: number;
+  /** Interface for the host's direct listener; undefined: relay only. */
+  listenHost?: string;
+  /**
+   * Announce the embedded rendezvous on the LAN (lan-beacon.ts). On by default when the embedded
+   * rendezvous listens beyond loopback; `false` turns it off; tests pass loopback targets.
+   */
+  lanBeacon?: false | { port?: number; targets?: string[]; intervalMs?: number };
+  /** How long a claimant has to finish the PAKE. */
+  pakeTimeoutMs?: number;
+  now?: () => number;
+}
+
+export interface MemberView {
+  memberId: string;
+  name: string;
+  peer: number;
+  state: MemberRecord['state'];
+  connected: boolean;
+  addresses: readonly string[];
+  lastSeenMs: number;
+  capabilities: MemberRecord['capabilities'];
+}
+
+export interface SessionStatus {
+  code: string;
+  nameplate: number;
+  rendezvousUrl: string;
+  members: MemberView[];
+  /** Ring order: the host (peer 0) first, then active members in join order. */
+  ring: number[];
+  links: Array<{ a: number; b: number; state: RingLinkStatus['state']; kind: RingLinkStatus['kind']; rttMs: number | undefined }>;
+}
+
+export interface HostEvents {
+  change: [change: MembershipChange];
+  'pake-failed': [peer: number, reason: string];
+  'nameplate-closed': [reason: string];
+  link: [status: { a: number; b: number } & RingLinkStatus];
+  /** An error that did not stop the session (a misbehaving member, a broken link). */
+  warning: [error: KiwiError];
+  closed: [reason: string];
+}
+
+interface Attempt {
+  peer: number;
+  pending: Spake2Pending | undefined;
+  result: Spake2Result | undefined;
+  timer: NodeJS.Timeout;
+}
+
+interface Connected {
+  peer: number;
+  link: SecureLink;
+  memberId: string | undefined;
+}
+
+export class HostSession extends EventEmitter<HostEvents> {
+  private membership: MembershipState;
+  private readonly attempts = new Map<number, Attempt>();
+  private readonly controls = new Map<number, Connected>();
+  private readonly ringLinks = new Map<string, { a: number; b: number } & RingLinkStatus>();
+  private ringPairs = new Set<string>();
+  private tickTimer: NodeJS.Timeout | undefined;
+  private closing = false;
+  /** Stops the LAN beacon, when one runs. */
+  stopBeacon: (() => Promise<void>) | undefined;
+  private readonly now: () => number;
+  private readonly w: bigint;
+
+  /** Use createHost. */
+  constructor(
+    readonly code: string,
+    readonly nameplate: number,
+    readonly rendezvousUrl: string,
+    private readonly client: RendezvousClient,
+    private readonly links: LinkManager,
+    private readonly addresses: string[],
+    private readonly embedded: Rendezvous | undefined,
+    private readonly opts: HostOptions,
+    password: string,
+  ) {
+    super();
+    this.now = opts.now ?? Date.now;
+    this.membership = initialMembership({
+      autoApprove: opts.autoApprove ?? false,
+      ...(opts.softEvictMs !== undefined ? { softEvictMs: opts.softEvictMs } : {}),
+      ...(opts.hardEvictMs !== undefined ? { hardEvictMs: opts.hardEvictMs } : {}),
+    });
+    this.w = passwordScalar(password, String(nameplate));
+    client.on('peer-joined', (peer) => this.onPeerJoined(peer));
+    client.on('peer-left', (peer) => this.onPeerLeft(peer));
+    client.on('from', (peer, body) => this.onBody(peer, body));
+    client.on('nameplate-closed', (reason) => this.emit('nameplate-closed', reason));
+    client.on('server-error', (err) => this.emit('warning', err));
+    client.on('close', (reason) => void this.close(`rendezvous connection lost: ${reason}`));
+    links.on('status', (s) => this.onLinkStatus(HOST_PEER, s));
+    const c = this.membership.config;
+    this.tickTimer = setInterval(() => this.dispatch({ type: 'tick', at: this.now() }), Math.max(20, Math.min(1000, c.softEvictMs / 5)));
+  }
+
+  /** Approves or rejects a pending member (when not auto-approving). */
+  decide(memberId: string, approve: boolean): void {
+    this.dispatch(approve ? { type: 'approved', memberId, at: this.now() } : { type: 'rejected', memberId, at: this.now() });
+  }
+
+  status(): SessionStatus {
+    return {
+      code: this.code,
+      nameplate: this.nameplate,
+      rendezvousUrl: this.rendezvousUrl,
+      members: [...this.membership.members.values()].map((m) => ({
+        memberId: m.memberId, name: m.name, peer: m.peer, state: m.state, connected: m.connected,
+        addresses: m.addresses, lastSeenMs: m.lastSeenMs, capabilities: m.capabilities,
+      })),
+      ring: this.ring(),
+      links: [...this.ringLinks.values()].map((l) => ({ a: l.a, b: l.b, state: l.state, kind: l.kind, rttMs: l.rttMs })),
+    };
+  }
+
+  async close(reason = 'host closed the session'): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    clearInterval(this.tickTimer);
+    for (const a of this.attempts.values()) clearTimeout(a.timer);
+    for (const c of this.controls.values()) c.link.close(reason);
+    await this.stopBeacon?.();
+    await this.links.close();
+    this.client.close();
+    await this.embedded?.close();
+    this.emit('closed', reason);
+  }
+
+  private onPeerJoined(peer: number): void {
+    const timer = setTimeout(() => this.failAttempt(peer, 'the key exchange did not finish in time'), this.opts.pakeTimeoutMs ?? 30_000);
+    this.attempts.set(peer, { peer, pending: undefined, result: undefined, timer });
+  }
+
+  private onPeerLeft(peer: number): void {
+    const attempt = this.attempts.get(peer);
+    if (attempt !== undefined) {
+      clearTimeout(attempt.timer);
+      this.attempts.delete(peer);
+      // The rendezvous already counted this as a failed attempt.
+      this.emit('pake-failed', peer, 'left before finishing the key exchange (probably a wrong code)');
+    }
+    this.controls.get(peer)?.link.close('peer left the rendezvous');
+  }
+
+  private onBody(peer: number, raw: Record<string, unknown>): void {
+    const attempt = this.attempts.get(peer);
+    if (attempt === undefined) {
+      this.emit('warning', new KiwiError('PAKE_UNEXPECTED', `Peer ${peer} sent a key exchange message outside a key exchange.`));
+      return;
+    }
+    try {
+      const body = parseBody(PakeBody, raw);
+      if (body.kind === 'pake' && attempt.pending === undefined) {
+        attempt.pending = spake2Start({ role: 'B', w: this.w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(this.nameplate) });
+        attempt.result = attempt.pending.finish(fromB64(body.msg));
+        this.client.send(peer, { kind: 'pake-reply', msg: toB64(attempt.pending.message), confirm: toB64(attempt.result.confirmation) });
+      } else if (body.kind === 'confirm' && attempt.result !== undefined) {
+        attempt.result.verifyPeerConfirmation(fromB64(body.confirm));
+        clearTimeout(attempt.timer);
+        this.attempts.delete(peer);
+        this.client.admit(peer);
+        void this.openControl(peer, attempt.result.sessionKey);
+      } else {
+        throw new KiwiError('PAKE_UNEXPECTED', `Peer ${peer} sent '${body.kind}' out of order.`);
+      }
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      this.failAttempt(peer, err.message);
+    }
+  }
+
+  private failAttempt(peer: number, reason: string): void {
+    const attempt = this.attempts.get(peer);
+    if (attempt === undefined) return;
+    clearTimeout(attempt.timer);
+    this.attempts.delete(peer);
+    if (!this.client.closed) this.client.reject(peer);
+    this.emit('pake-failed', peer, reason);
+  }
+
+  private async openControl(peer: number, key: Uint8Array): Promise<void> {
+    let link: SecureLink;
+    try {
+      link = await openSecureLink(this.client.relayLink(peer, RelayChannel.CONTROL), {
+        role: 'responder', secret: { secret: key, context: controlContext(this.nameplate, peer) }, timeoutMs: 10_000,
+      });
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      this.emit('warning', err);
+      return;
+    }
+    const conn: Connected = { peer, link, memberId: undefined };
+    this.controls.set(peer, conn);
+    link.onMessage((bytes) => {
+      try {
+        this.onControl(conn, decodeControl(MemberToHost, bytes));
+      } catch (err) {
+        if (!isKiwiError(err)) throw err;
+        this.emit('warning', err);
+        link.close(err.code);
+      }
+    });
+    link.onClose(() => {
+      if (this.controls.get(peer) === conn) this.controls.delete(peer);
+      // A member that already reconnected on another connection is not disconnected.
+      const id = conn.memberId;
+      if (id !== undefined && ![...this.controls.values()].some((c) => c.memberId === id)) this.dispatch({ type: 'disconnected', memberId: id, at: this.now() });
+    });
+  }
+
+  private onControl(conn: Connected, msg: MemberToHost): void {
+    const at = this.now();
+    if (msg.type === 'hello') {
+      if (conn.memberId !== undefined) throw new KiwiError('CONTROL_UNEXPECTED', 'A member said hello twice.');
+      // One live connection per identity: a reconnecting member replaces its old one.
+      for (const other of this.controls.values()) if (other !== conn && other.memberId === msg.memberId) other.link.close('replaced by a new connection');
+      conn.memberId = msg.memberId;
+      this.dispatch({ type: 'join-requested', memberId: msg.memberId, name: msg.name, peer: conn.peer, addresses: msg.addresses, at });
+      if (msg.capabilities !== undefined) this.dispatch({ type: 'capabilities-reported', memberId: msg.memberId, capabilities: msg.capabilities, at });
+      const m = this.membership.members.get(msg.memberId);
+      if (m?.state === 'rejected') {
+        this.sendControl(conn, { type: 'rejected', reason: 'the host did not admit this member' });
+        conn.link.close('rejected');
+        return;
+      }
+      this.sendControl(conn, { type: 'welcome', state: m?.state === 'active' ? 'active' : 'pending' });
+      this.updateRing();
+      return;
+    }
+    if (conn.memberId === undefined) throw new KiwiError('CONTROL_UNEXPECTED', 'A member must say hello first.');
+    const memberId = conn.memberId;
+    switch (msg.type) {
+      case 'heartbeat':
+        return this.dispatch({ type: 'heartbeat', memberId, at });
+      case 'capabilities':
+        return this.dispatch({ type: 'capabilities-reported', memberId, capabilities: msg.capabilities, at });
+      case 'leave':
+        this.dispatch({ type: 'left', memberId, at });
+        conn.link.close('left');
+        return;
+      case 'link-status':
+        this.onLinkStatus(conn.peer, { peer: msg.peer, state: 'up', kind: msg.kind, rttMs: msg.rttMs });
+        return;
+    }
+  }
+
+  private dispatch(event: MembershipEvent): void {
+    const { state, changes } = apply(event, this.membership);
+    this.membership = state;
+    for (const change of changes) {
+      const m = this.membership.members.get(change.memberId);
+      const conn = m !== undefined ? this.controls.get(m.peer) : undefined;
+      if (conn !== undefined && conn.memberId === change.memberId) {
+        if (change.type === 'member-joined' && !change.rejoined && event.type === 'approved') this.sendControl(conn, { type: 'approved' });
+        if (change.type === 'member-left' && change.reason === 'hard-evicted') {
+          // Silent but still connected (a stalled network): tell it, so it rejoins rather than
+          // heartbeating into a session that has forgotten it.
+          this.sendControl(conn, { type: 'evicted', reason: 'no heartbeat for too long' });
+          conn.link.close('evicted');
+        }
+        if (change.type === 'member-rejected') {
+          this.sendControl(conn, { type: 'rejected', reason: 'the host did not admit this member' });
+          conn.link.close('rejected');
+        }
+      }
+      this.emit('change', change);
+    }
+    if (changes.length > 0) this.updateRing();
+  }
+
+  private sendControl(conn: Connected, msg: HostToMember): void {
+    if (!conn.link.closed) conn.link.send(encodeControl(msg));
+  }
+
+  private ring(): number[] {
+    const members = activeMembers(this.membership).sort((a, b) => a.joinedAtMs - b.joinedAtMs || a.memberId.localeCompare(b.memberId));
+    return [HOST_PEER, ...members.map((m) => m.peer)];
+  }
+
+  /** Gives every new pair of ring neighbours a fresh link key; the earlier peer of the pair dials. */
+  private updateRing(): void {
+    if (this.closing) return;
+    const ring = this.ring();
+    const pairs = new Set<string>();
+    if (ring.length >= 2) {
+      for (let i = 0; i < ring.length; i++) {
+        const a = ring[i] as number;
+        const b = ring[(i + 1) % ring.length] as number;
+        if (a !== b) pairs.add(`${Math.min(a, b)}-${Math.max(a, b)}`);
+      }
+    }
+    for (const key of pairs) {
+      if (this.ringPairs.has(key)) continue;
+      const [a, b] = key.split('-').map(Number) as [number, number];
+      const linkId = randomBytes(16);
+      const secret = randomBytes(32);
+      this.ringLinks.set(key, { a, b, peer: b, state: 'connecting', kind: undefined, rttMs: undefined });
+      this.assignLink(a, b, linkId, secret, 'initiator');
+      this.assignLink(b, a, linkId, secret, 'responder');
+    }
+    for (const key of this.ringPairs) {
+      if (pairs.has(key)) continue;
+      this.ringLinks.delete(key);
+      const [a, b] = key.split('-').map(Number) as [number, number];
+      if (a === HOST_PEER) this.links.remove(b);
+    }
+    this.ringPairs = pairs;
+  }
+
+  private assignLink(self: number, other: number, linkId: Uint8Array, secret: Uint8Array, role: 'initiator' | 'responder'): void {
+    const addresses = other === HOST_PEER ? this.addresses : [...(this.memberByPeer(other)?.addresses ?? [])];
+    if (self === HOST_PEER) {
+      this.links.assign({ peer: other, linkId, secret, role, addresses });
+      return;
+    }
+    const conn = this.controls.get(self);
+    if (conn !== undefined) this.sendControl(conn, { type: 'link', peer: other, linkId: toB64(linkId), secret: toB64(secret), role, addresses });
+  }
+
+  private memberByPeer(peer: number): MemberRecord | undefined {
+    for (const m of this.membership.members.values()) if (m.peer === peer && m.state === 'active') return m;
+    return undefined;
+  }
+
+  private onLinkStatus(reporter: number, s: RingLinkStatus): void {
+    const key = `${Math.min(reporter, s.peer)}-${Math.max(reporter, s.peer)}`;
+    const entry = this.ringLinks.get(key);
+    if (entry === undefined) return;
+    const next = { ...entry, state: s.state, kind: s.kind ?? entry.kind, rttMs: s.rttMs ?? entry.rttMs };
+    this.ringLinks.set(key, next);
+    // Both ends report a link; announce it when its state changes or its first RTT arrives.
+    if (next.state !== entry.state || next.kind !== entry.kind || (entry.rttMs === undefined && next.rttMs !== undefined)) this.emit('link', next);
+  }
+}
+
+export async function createHost(opts: HostOptions = {}): Promise<HostSession> {
+  let embedded: Rendezvous | undefined;
+  let url = opts.rendezvousUrl;
+  if (url === undefined) {
+    const bindHost = opts.embeddedRendezvous?.host ?? '127.0.0.1';
+    embedded = await startRendezvous({ host: bindHost, port: opts.embeddedRendezvous?.port ?? 0 });
+    // A wildcard bind is shown as this machine's first LAN address, which members can dial.
+    url = wsUrls(bindHost, embedded.port)[0] ?? embedded.url;
+  }
+  let client: RendezvousClient | undefined;
+  try {
+    client = await RendezvousClient.connect(url);
+    const { nameplate } = await client.open();
+    const code = generateSessionCode(nameplate);
+    const links = new LinkManager({ rendezvous: client, listenHost: opts.listenHost, nameplate, selfPeer: HOST_PEER });
+    const addresses = await links.start();
+    const host = new HostSession(formatSessionCode(code), nameplate, url, client, links, addresses, embedded, opts, codePassword(code));
+    const bindHost = opts.embeddedRendezvous?.host ?? '127.0.0.1';
+    const beyondLoopback = !bindHost.startsWith('127.') && bindHost !== '::1' && bindHost !== 'localhost';
+    if (embedded !== undefined && opts.lanBeacon !== false && (opts.lanBeacon !== undefined || beyondLoopback)) {
+      const b = opts.lanBeacon ?? {};
+      const beacon = await startBeacon({
+        beacon: { kiwi: 1, nameplate, rendezvous: wsUrls(bindHost, embedded.port).slice(0, 8) },
+        ...(b.port !== undefined ? { port: b.port } : {}),
+        ...(b.targets !== undefined ? { targets: b.targets } : {}),
+        ...(b.intervalMs !== undefined ? { intervalMs: b.intervalMs } : {}),
+      });
+      host.stopBeacon = () => beacon.close();
+    }
+    return host;
+  } catch (err) {
+    client?.close();
+    await embedded?.close();
+    throw err;
+  }
+}

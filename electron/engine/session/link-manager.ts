@@ -1,0 +1,216 @@
+// Ring links between session participants: the host hands each pair of ring neighbours a fresh
+// link key; the initiator tries the responder's direct addresses (WebSocket) and falls back to a
+// link relayed by the rendezvous. Either way the link is a secure-link (authenticated, encrypted).
+// Each link's RTT is measured once it is up; the statuses feed the planner and `status()`.
+import { EventEmitter } from 'node:events';
+import { isKiwiError } from '../errors.js';
+import { RelayChannel } from '../rendezvous/protocol.js';
+import type { Link } from '../transport/link.js';
+import type { LinkRole } from '../transport/secure-channel.js';
+import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
+import { wsUrls } from '../transport/addresses.js';
+import { dialDirect, listenDirect, type DirectListener } from '../transport/ws.js';
+import type { RendezvousClient } from './rendezvous-client.js';
+
+export interface LinkAssignment {
+  peer: number;
+  linkId: Uint8Array;
+  secret: Uint8Array;
+  role: LinkRole;
+  /** The responder's direct addresses (used by the initiator). */
+  addresses: readonly string[];
+}
+
+export interface RingLinkStatus {
+  peer: number;
+  state: 'connecting' | 'up' | 'failed' | 'closed';
+  kind: 'direct' | 'relayed' | undefined;
+  rttMs: number | undefined;
+  error?: string;
+}
+
+export interface LinkManagerOptions {
+  rendezvous: RendezvousClient;
+  /** Interface for the direct listener; undefined: no direct links (always relay). */
+  listenHost: string | undefined;
+  nameplate: number;
+  selfPeer: number;
+  maxPayloadBytes?: number;
+  dialTimeoutMs?: number;
+  handshakeTimeoutMs?: number;
+}
+
+interface Entry {
+  assignment: LinkAssignment;
+  link: SecureLink | undefined;
+  status: RingLinkStatus;
+  generation: number;
+}
+
+const MAX_PAYLOAD_BYTES = 16 * 1024 * 1024;
+const RETRIES = 4;
+const RETRY_DELAY_MS = 250;
+
+export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus] }> {
+  private readonly entries = new Map<number, Entry>();
+  private listener: DirectListener | undefined;
+  private closed = false;
+  private generation = 0;
+  private readonly maxPayloadBytes: number;
+
+  constructor(private readonly opts: LinkManagerOptions) {
+    super();
+    this.maxPayloadBytes = opts.maxPayloadBytes ?? MAX_PAYLOAD_BYTES;
+    opts.rendezvous.on('incoming-link', (link) => {
+      if (link.channel === RelayChannel.DATA) this.accept(link, link.peer);
+    });
+  }
+
+  /** Starts the direct listener; returns the addresses to advertise. */
+  async start(): Promise<string[]> {
+    if (this.opts.listenHost === undefined) return [];
+    this.listener = await listenDirect({
+      host: this.opts.listenHost,
+      maxPayloadBytes: this.maxPayloadBytes + 64,
+      onLink: (link) => this.accept(link, undefined),
+    });
+    return wsUrls(this.opts.listenHost, this.listener.port).slice(0, 8);
+  }
+
+  assign(assignment: LinkAssignment): void {
+    const old = this.entries.get(assignment.peer);
+    old?.link?.close('replaced');
+    const entry: Entry = {
+      assignment,
+      link: undefined,
+      status: { peer: assignment.peer, state: 'connecting', kind: undefined, rttMs: undefined },
+      generation: ++this.generation,
+    };
+    this.entries.set(assignment.peer, entry);
+    if (assignment.role === 'initiator') void this.connect(entry);
+  }
+
+  /** Drops the link to a peer that left the ring. */
+  remove(peer: number): void {
+    const e = this.entries.get(peer);
+    this.entries.delete(peer);
+    e?.link?.close('peer left the ring');
+  }
+
+  link(peer: number): SecureLink | undefined {
+    return this.entries.get(peer)?.link;
+  }
+
+  statuses(): RingLinkStatus[] {
+    return [...this.entries.values()].map((e) => ({ ...e.status }));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const e of this.entries.values()) e.link?.close('session closed');
+    this.entries.clear();
+    await this.listener?.close();
+  }
+
+  private context(a: number, b: number): string {
+    return `ring|${this.opts.nameplate}|${Math.min(a, b)}|${Math.max(a, b)}`;
+  }
+
+  private async connect(entry: Entry): Promise<void> {
+    const a = entry.assignment;
+    const secret = { secret: a.secret, context: this.context(this.opts.selfPeer, a.peer) };
+    let lastError = 'no route';
+    for (let attempt = 0; attempt < RETRIES && !this.closed; attempt++) {
+      if (attempt > 0) await new Promise((r) => setTimeout(r, RETRY_DELAY_MS * attempt));
+      if (!this.current(entry)) return;
+      // Direct first: every advertised address, then the relay.
+      const routes: Array<() => Promise<Link>> = [
+        ...a.addresses.map((url) => () => dialDirect(url, { maxPayloadBytes: this.maxPayloadBytes + 64, timeoutMs: this.opts.dialTimeoutMs ?? 2000 })),
+        async () => this.opts.rendezvous.relayLink(a.peer, RelayChannel.DATA),
+      ];
+      for (const route of routes) {
+        let link: Link | undefined;
+        try {
+          link = await route();
+          const secure = await openSecureLink(link, {
+            role: 'initiator', secret, linkId: a.linkId, maxPayloadBytes: this.maxPayloadBytes, timeoutMs: this.opts.handshakeTimeoutMs ?? 5000,
+          });
+          if (!this.current(entry)) {
+            secure.close('superseded');
+            return;
+          }
+          await this.up(entry, secure);
+          return;
+        } catch (err) {
+          if (!isKiwiError(err)) throw err;
+          link?.close(err.code);
+          lastError = `${err.code}: ${err.message}`;
+        }
+      }
+    }
+    if (this.current(entry)) this.setStatus(entry, { ...entry.status, state: 'failed', error: lastError });
+  }
+
+  private accept(link: Link, relayPeer: number | undefined): void {
+    let found: Entry | undefined;
+    void openSecureLink(link, {
+      role: 'responder',
+      maxPayloadBytes: this.maxPayloadBytes,
+      timeoutMs: this.opts.handshakeTimeoutMs ?? 5000,
+      resolveSecret: (linkId) => {
+        for (const e of this.entries.values()) {
+          if (e.assignment.role !== 'responder' || Buffer.compare(e.assignment.linkId, linkId) !== 0) continue;
+          // A relayed link names its source peer; it must be the assigned one.
+          if (relayPeer !== undefined && relayPeer !== e.assignment.peer) return undefined;
+          found = e;
+          return { secret: e.assignment.secret, context: this.context(this.opts.selfPeer, e.assignment.peer) };
+        }
+        return undefined;
+      },
+    }).then(
+      async (secure) => {
+        if (found === undefined || !this.current(found)) {
+          secure.close('unknown link');
+          return;
+        }
+        found.link?.close('replaced by a new connection');
+        await this.up(found, secure);
+      },
+      (err: unknown) => {
+        // A failed inbound handshake (unknown link, wrong key) is the initiator's error to report.
+        if (!isKiwiError(err)) throw err;
+      },
+    );
+  }
+
+  private async up(entry: Entry, secure: SecureLink): Promise<void> {
+    entry.link = secure;
+    const kind = secure.kind === 'relayed' ? 'relayed' : 'direct';
+    this.setStatus(entry, { peer: entry.assignment.peer, state: 'up', kind, rttMs: undefined });
+    secure.onClose((info) => {
+      if (entry.link !== secure || !this.current(entry)) return;
+      entry.link = undefined;
+      this.setStatus(entry, { ...entry.status, state: 'closed', error: info.reason });
+    });
+    const samples: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      try {
+        samples.push(await secure.ping(3000));
+      } catch (err) {
+        if (!isKiwiError(err)) throw err;
+        return;
+      }
+    }
+    samples.sort((x, y) => x - y);
+    if (entry.link === secure) this.setStatus(entry, { ...entry.status, rttMs: samples[1] });
+  }
+
+  private current(entry: Entry): boolean {
+    return !this.closed && this.entries.get(entry.assignment.peer)?.generation === entry.generation;
+  }
+
+  private setStatus(entry: Entry, status: RingLinkStatus): void {
+    entry.status = status;
+    this.emit('status', { ...status });
+  }
+}

@@ -1,0 +1,312 @@
+// A member's side of a session: claims the code's nameplate, proves the code with SPAKE2, opens
+// the encrypted control link to the host, says hello (identity, name, direct addresses,
+// capabilities), sends heartbeats, and takes part in ring links. When the connection drops it
+// reconnects and rejoins with the same identity; a wrong code is final (PAKE_CONFIRMATION_FAILED).
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { isKiwiError, KiwiError } from '../errors.js';
+import { HOST_PEER, RelayChannel } from '../rendezvous/protocol.js';
+import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
+import { controlContext, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER } from './host.js';
+import { LinkManager, type RingLinkStatus } from './link-manager.js';
+import type { Capabilities } from './membership.js';
+import { RendezvousClient } from './rendezvous-client.js';
+import { codePassword, parseSessionCode } from './session-code.js';
+import { decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost } from './session-messages.js';
+import { passwordScalar, spake2Start } from './spake2.js';
+
+export interface JoinOptions {
+  code: string;
+  rendezvousUrl: string;
+  name: string;
+  /** Stable identity across reconnects; random when not given. */
+  memberId?: string;
+  capabilities?: Capabilities;
+  heartbeatMs?: number;
+  /** Interface for this member's direct listener; undefined: relay only. */
+  listenHost?: string;
+  /** Addresses to advertise instead of the listener's own URL (a port forward, a NAT mapping). */
+  advertise?: string[];
+  /** Reconnect after a dropped connection (default true), at most this often. */
+  reconnect?: boolean;
+  reconnectDelayMs?: number;
+  /** Give up (SESSION_UNREACHABLE) after trying to reconnect this long; default 120 s, the default hard eviction. */
+  reconnectForMs?: number;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface MemberEvents {
+  /** Admitted by the PAKE and greeted by the host; state 'pending' until the host approves. */
+  joined: [info: { state: 'pending' | 'active'; peer: number; rejoin: boolean }];
+  approved: [];
+  rejected: [reason: string];
+  disconnected: [reason: string];
+  link: [status: RingLinkStatus];
+  /** A fatal error: the member stopped. */
+  fatal: [error: KiwiError];
+  warning: [error: KiwiError];
+  closed: [reason: string];
+}
+
+interface Connection {
+  client: RendezvousClient;
+  control: SecureLink;
+  links: LinkManager;
+  peer: number;
+}
+
+export class MemberSession extends EventEmitter<MemberEvents> {
+  readonly memberId: string;
+  private conn: Connection | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private joins = 0;
+  private readonly nameplate: number;
+  private readonly w: bigint;
+
+  constructor(private readonly opts: JoinOptions) {
+    super();
+    const code = parseSessionCode(opts.code);
+    this.nameplate = code.nameplate;
+    this.w = passwordScalar(codePassword(code), String(code.nameplate));
+    this.memberId = opts.memberId ?? randomBytes(12).toString('base64url');
+  }
+
+  get peer(): number | undefined {
+    return this.conn?.peer;
+  }
+
+  /** The secure ring link to a neighbour, once up. */
+  ringLink(peer: number): SecureLink | undefined {
+    return this.conn?.links.link(peer);
+  }
+
+  linkStatuses(): RingLinkStatus[] {
+    return this.conn?.links.statuses() ?? [];
+  }
+
+  send(msg: MemberToHost): void {
+    const c = this.conn;
+    if (c === undefined || c.control.closed) throw new KiwiError('SESSION_NOT_CONNECTED', 'Not connected to the host right now.');
+    c.control.send(encodeControl(msg));
+  }
+
+  /** Connects and joins; resolves once the host greeted this member. */
+  async connect(): Promise<void> {
+    const client = await RendezvousClient.connect(this.opts.rendezvousUrl, { timeoutMs: this.opts.timeoutMs ?? 5000, ...(this.opts.signal ? { signal: this.opts.signal } : {}) });
+    try {
+      await this.handshake(client);
+    } catch (err) {
+      client.close();
+      throw err;
+    }
+  }
+
+  async leave(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      this.send({ type: 'leave' });
+    } catch (err) {
+      if (!isKiwiError(err, 'SESSION_NOT_CONNECTED')) throw err;
+    }
+    await this.stop('left the session');
+  }
+
+  async stop(reason: string): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearInterval(this.heartbeat);
+    const c = this.conn;
+    this.conn = undefined;
+    if (c !== undefined) {
+      // Give the control link a moment to flush a final message before the socket goes.
+      await new Promise((r) => setTimeout(r, 20));
+      c.control.close(reason);
+      await c.links.close();
+      c.client.close();
+    }
+    this.emit('closed', reason);
+  }
+
+  private async handshake(client: RendezvousClient): Promise<void> {
+    const timeoutMs = this.opts.timeoutMs ?? 15_000;
+    const { peer } = await client.claim(this.nameplate);
+    const pake = spake2Start({ role: 'A', w: this.w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(this.nameplate) });
+    const admitted = once(client, 'admitted', timeoutMs, 'admission');
+    admitted.catch(() => undefined);
+    const replyRaw = once(client, 'from', timeoutMs, 'the host\'s key exchange reply');
+    client.send(HOST_PEER, { kind: 'pake', msg: toB64(pake.message) });
+    const [from, raw] = await replyRaw;
+    if (from !== HOST_PEER) throw new KiwiError('PAKE_UNEXPECTED', `Peer ${from} interfered with the key exchange.`);
+    const reply = parseBody(PakeBody, raw);
+    if (reply.kind !== 'pake-reply') throw new KiwiError('PAKE_UNEXPECTED', `The host sent '${reply.kind}' instead of its key exchange reply.`);
+    const result = pake.finish(fromB64(reply.msg));
+    result.verifyPeerConfirmation(fromB64(reply.confirm));
+    client.send(HOST_PEER, { kind: 'confirm', confirm: toB64(result.confirmation) });
+    await admitted;
+
+    const control = await openSecureLink(client.relayLink(HOST_PEER, RelayChannel.CONTROL), {
+      role: 'initiator', secret: { secret: result.sessionKey, context: controlContext(this.nameplate, peer) }, timeoutMs,
+    });
+    const links = new LinkManager({ rendezvous: client, listenHost: this.opts.listenHost, nameplate: this.nameplate, selfPeer: peer });
+    const listening = await links.start();
+    const addresses = this.opts.advertise ?? listening;
+    links.on('status', (s) => {
+      this.emit('link', s);
+      if (s.state === 'up' && s.kind !== undefined && s.rttMs !== undefined && !control.closed) {
+        control.send(encodeControl({ type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs }));
+      }
+    });
+    const welcome = new Promise<'pending' | 'active'>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not greet this member in time.')), timeoutMs);
+      control.onMessage((bytes) => {
+        let msg: HostToMember;
+        try {
+          msg = decodeControl(HostToMember, bytes);
+        } catch (err) {
+          if (!isKiwiError(err)) throw err;
+          this.emit('warning', err);
+          return;
+        }
+        if (msg.type === 'welcome') {
+          clearTimeout(timer);
+          resolve(msg.state);
+          return;
+        }
+        if (msg.type === 'rejected') {
+          clearTimeout(timer);
+          const err = new KiwiError('SESSION_REJECTED', `The host did not admit this member: ${msg.reason}.`);
+          reject(err);
+          if (this.conn !== undefined) this.fatal(err);
+          return;
+        }
+        this.onHostMessage(msg, links);
+      });
+      control.onClose((info) => {
+        clearTimeout(timer);
+        reject(info.error ?? new KiwiError('SESSION_DISCONNECTED', `The control link closed: ${info.reason}.`));
+      });
+    });
+    control.send(encodeControl({ type: 'hello', memberId: this.memberId, name: this.opts.name, addresses, ...(this.opts.capabilities ? { capabilities: this.opts.capabilities } : {}) }));
+    const state = await welcome;
+    this.conn = { client, control, links, peer };
+    control.onClose((info) => this.onDisconnect(info.reason));
+    client.on('close', (reason) => this.onDisconnect(reason));
+    client.on('nameplate-closed', (reason) => {
+      // Only the host leaving ends a session for an admitted member; reconnecting cannot help.
+      if (/host left/.test(reason)) this.fatal(new KiwiError('SESSION_ENDED', 'The host ended the session.'));
+    });
+    clearInterval(this.heartbeat);
+    this.heartbeat = setInterval(() => {
+      if (!control.closed) control.send(encodeControl({ type: 'heartbeat' }));
+    }, this.opts.heartbeatMs ?? 5000);
+    this.emit('joined', { state, peer, rejoin: this.joins++ > 0 });
+  }
+
+  private onHostMessage(msg: HostToMember, links: LinkManager): void {
+    switch (msg.type) {
+      case 'approved':
+        this.emit('approved');
+        return;
+      case 'link':
+        links.assign({ peer: msg.peer, linkId: fromB64(msg.linkId), secret: fromB64(msg.secret), role: msg.role, addresses: msg.addresses });
+        return;
+      case 'evicted':
+        this.emit('warning', new KiwiError('SESSION_EVICTED', `The host evicted this member: ${msg.reason}.`));
+        return;
+      case 'welcome':
+      case 'rejected':
+        this.emit('warning', new KiwiError('CONTROL_UNEXPECTED', `The host sent '${msg.type}' twice.`));
+        return;
+    }
+  }
+
+  private onDisconnect(reason: string): void {
+    const c = this.conn;
+    if (c === undefined || this.stopped) return;
+    this.conn = undefined;
+    clearInterval(this.heartbeat);
+    c.control.close('reconnecting');
+    void c.links.close();
+    c.client.close();
+    this.emit('disconnected', reason);
+    if (this.opts.reconnect === false) {
+      void this.stop(`disconnected: ${reason}`);
+      return;
+    }
+    void this.reconnectLoop();
+  }
+
+  private async reconnectLoop(): Promise<void> {
+    const delayMs = this.opts.reconnectDelayMs ?? 1000;
+    const giveUpAt = Date.now() + (this.opts.reconnectForMs ?? 120_000);
+    while (!this.stopped) {
+      if (Date.now() > giveUpAt) {
+        this.fatal(new KiwiError('SESSION_UNREACHABLE', `Could not reach the session for ${Math.round((this.opts.reconnectForMs ?? 120_000) / 1000)} s; the host or the rendezvous is gone. Join again with a new code.`));
+        return;
+      }
+      await new Promise((r) => setTimeout(r, delayMs));
+      if (this.stopped) return;
+      try {
+        await this.connect();
+        return;
+      } catch (err) {
+        if (!isKiwiError(err)) throw err;
+        // The nameplate is gone after we were in the session: the host ended it.
+        if (err.code === 'NAMEPLATE_UNKNOWN') {
+          this.fatal(new KiwiError('SESSION_ENDED', 'The host ended the session.'));
+          return;
+        }
+        // A wrong code or a closed session will not get better by retrying.
+        if (['PAKE_CONFIRMATION_FAILED', 'SESSION_REJECTED', 'NAMEPLATE_CLOSED', 'NAMEPLATE_UNKNOWN'].includes(err.code)) {
+          this.fatal(err);
+          return;
+        }
+        this.emit('warning', err);
+      }
+    }
+  }
+
+  private fatal(err: KiwiError): void {
+    this.emit('fatal', err);
+    void this.stop(err.message);
+  }
+}
+
+function once<K extends 'admitted' | 'from'>(client: RendezvousClient, event: K, timeoutMs: number, what: string): Promise<K extends 'from' ? [number, Record<string, unknown>] : []> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      cleanup();
+      reject(new KiwiError('SESSION_TIMEOUT', `Timed out waiting for ${what}. Is the host still running?`));
+    }, timeoutMs);
+    const onEvent = (...args: unknown[]): void => {
+      cleanup();
+      resolve(args as never);
+    };
+    const onClose = (reason: string): void => {
+      cleanup();
+      reject(new KiwiError('RENDEZVOUS_CLOSED', `The rendezvous closed the connection while waiting for ${what} (${reason}).`));
+    };
+    const onError = (err: KiwiError): void => {
+      cleanup();
+      reject(err);
+    };
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      client.off(event, onEvent as never);
+      client.off('close', onClose);
+      client.off('server-error', onError);
+    };
+    client.on(event, onEvent as never);
+    client.on('close', onClose);
+    client.on('server-error', onError);
+  });
+}
+
+/** Joins a session: resolves with the member once the host greeted it. */
+export async function joinSession(opts: JoinOptions): Promise<MemberSession> {
+  const member = new MemberSession(opts);
+  await member.connect();
+  return member;
+}

@@ -1,0 +1,76 @@
+// Messages between a host and its members, validated with zod where they enter. PAKE messages
+// travel as JSON bodies through the rendezvous (public values only); control messages travel
+// inside the encrypted control link once the PAKE succeeded.
+import { z } from 'zod';
+import { KiwiError } from '../errors.js';
+
+const b64 = (maxBytes: number) =>
+  z.string().max(Math.ceil(maxBytes / 3) * 4).regex(/^[A-Za-z0-9+/]*={0,2}$/, 'base64');
+
+export const PakeBody = z.discriminatedUnion('kind', [
+  /** member -> host: pA */
+  z.strictObject({ kind: z.literal('pake'), msg: b64(65) }),
+  /** host -> member: pB and the host's confirmation MAC */
+  z.strictObject({ kind: z.literal('pake-reply'), msg: b64(65), confirm: b64(32) }),
+  /** member -> host: the member's confirmation MAC */
+  z.strictObject({ kind: z.literal('confirm'), confirm: b64(32) }),
+]);
+export type PakeBody = z.infer<typeof PakeBody>;
+
+const memberId = z.string().regex(/^[A-Za-z0-9_-]{8,64}$/, 'member id');
+const name = z.string().min(1).max(64);
+/** ws:// URLs of a member's direct listener. */
+const address = z.string().max(200).regex(/^wss?:\/\/[^\s]+$/, 'ws address');
+const capabilities = z.record(z.string().max(64), z.unknown());
+const peer = z.number().int().min(0).max(0xffff);
+const linkRole = z.enum(['initiator', 'responder']);
+
+export const MemberToHost = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('hello'), memberId, name, addresses: z.array(address).max(8), capabilities: capabilities.optional() }),
+  z.strictObject({ type: z.literal('heartbeat') }),
+  z.strictObject({ type: z.literal('capabilities'), capabilities }),
+  z.strictObject({ type: z.literal('leave') }),
+  z.strictObject({ type: z.literal('link-status'), peer, kind: z.enum(['direct', 'relayed']), rttMs: z.number().nonnegative().max(600_000) }),
+]);
+export type MemberToHost = z.infer<typeof MemberToHost>;
+
+export const HostToMember = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('welcome'), state: z.enum(['pending', 'active']) }),
+  z.strictObject({ type: z.literal('approved') }),
+  z.strictObject({ type: z.literal('rejected'), reason: z.string().max(200) }),
+  /** Keys for a ring link to another participant (the host is peer 0). */
+  z.strictObject({ type: z.literal('link'), peer, linkId: b64(16), secret: b64(32), role: linkRole, addresses: z.array(address).max(8) }),
+  z.strictObject({ type: z.literal('evicted'), reason: z.string().max(200) }),
+]);
+export type HostToMember = z.infer<typeof HostToMember>;
+
+const MAX_CONTROL_BYTES = 64 * 1024;
+
+export function decodeControl<T>(schema: z.ZodType<T>, bytes: Uint8Array): T {
+  if (bytes.length > MAX_CONTROL_BYTES) throw new KiwiError('CONTROL_TOO_LARGE', `A control message of ${bytes.length} bytes exceeds ${MAX_CONTROL_BYTES}.`);
+  let json: unknown;
+  try {
+    json = JSON.parse(Buffer.from(bytes).toString('utf8'));
+  } catch {
+    throw new KiwiError('CONTROL_MALFORMED', 'A control message is not valid JSON.');
+  }
+  const r = schema.safeParse(json);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    throw new KiwiError('CONTROL_MALFORMED', `A control message is malformed: ${issue?.path.join('.') || 'message'}: ${issue?.message ?? 'invalid'}.`);
+  }
+  return r.data;
+}
+
+export function encodeControl(msg: MemberToHost | HostToMember): Uint8Array {
+  return new TextEncoder().encode(JSON.stringify(msg));
+}
+
+export function parseBody<T>(schema: z.ZodType<T>, body: unknown): T {
+  const r = schema.safeParse(body);
+  if (!r.success) throw new KiwiError('PAKE_INVALID_MESSAGE', `A key exchange message is malformed: ${r.error.issues[0]?.message ?? 'invalid'}.`);
+  return r.data;
+}
+
+export const toB64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');
+export const fromB64 = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'base64'));

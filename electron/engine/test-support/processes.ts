@@ -1,0 +1,73 @@
+// Real processes for tests: TypeScript entry points run from source with tsx (so a test never
+// runs a stale dist/), JSON-line events read from stdout, and every child killed when the test
+// ends, also when it fails.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export type Event = Record<string, unknown> & { event?: string };
+
+export interface Proc {
+  child: ChildProcess;
+  events: Event[];
+  stderr: string[];
+  exited: Promise<number | null>;
+}
+
+export const repoRoot = resolve(import.meta.dirname, '../../..');
+
+/** Node arguments that run a TypeScript entry (path from the repository root) from source. */
+export function tsEntry(path: string): string[] {
+  return ['--import', 'tsx', join(repoRoot, path)];
+}
+
+/** Node arguments that run the `kiwi` command from source: `[...kiwiEntry(), 'serve', ...]`. */
+export function kiwiEntry(): string[] {
+  return tsEntry('electron/kiwi.ts');
+}
+
+export class ProcessSet {
+  private readonly procs: Proc[] = [];
+
+  constructor() {
+    process.once('exit', () => this.killAll());
+  }
+
+  /** Runs `command args...`; use node via `node(...)` or wrap with `ip netns exec NS`. */
+  spawn(command: string, args: string[]): Proc {
+    const child = spawn(command, args, { cwd: repoRoot, stdio: ['pipe', 'pipe', 'pipe'] });
+    const events: Event[] = [];
+    const stderr: string[] = [];
+    createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
+      try {
+        events.push(JSON.parse(line) as Event);
+      } catch {
+        events.push({ event: 'text', line });
+      }
+    });
+    createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', (line) => stderr.push(line));
+    const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
+    const p = { child, events, stderr, exited };
+    this.procs.push(p);
+    return p;
+  }
+
+  killAll(): void {
+    for (const p of this.procs.splice(0)) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+  }
+
+  dispose(): void {
+    this.killAll();
+  }
+}
+
+export async function waitEvent(p: Proc, match: (e: Event) => boolean, what: string, timeoutMs = 20_000): Promise<Event> {
+  const started = Date.now();
+  for (;;) {
+    const hit = p.events.find(match);
+    if (hit !== undefined) return hit;
+    if (p.child.exitCode !== null) throw new Error(`process exited (${p.child.exitCode}) before ${what}: ${p.stderr.join('\n')}`);
+    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}; events: ${JSON.stringify(p.events)}; stderr: ${p.stderr.join('\n')}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
