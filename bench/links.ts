@@ -1,7 +1,7 @@
 // Round-trip time and throughput of Kiwi's links on loopback: a raw WebSocket (baseline), a direct
 // link and a link relayed by the rendezvous, each with and without encryption (secure-link), for
 // 8 KiB and 1 MiB messages. RTT: median of echo round trips. Throughput: one-way burst, then an ack.
-// Run: node --import ./bench/ts-register.mjs bench/links.ts
+// Run: npx tsx bench/links.ts
 // Prints a table and writes bench/results/links.json. KIWI_BENCH_QUICK=1 runs fewer iterations.
 import { randomBytes } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';

@@ -5,7 +5,7 @@
 // single-threaded memcpy, Kiwi's JS fallback and the execution-provider probe (run on the CPU
 // provider here) are shown for context.
 // Needs the Debian packages sysbench and mbw (apt-get install -y sysbench mbw).
-// Run: node --import ./bench/ts-register.mjs bench/memory-bandwidth.ts
+// Run: npx tsx bench/memory-bandwidth.ts
 // Prints a table and writes bench/results/memory-bandwidth.json; exits non-zero outside 25%.
 import { execFile } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';

@@ -1,6 +1,6 @@
 // Kiwi's planner against the two standard divisions (GPipe's uniform split, exo's
 // memory-proportional split) on heterogeneous fleets modelled on the Kafila paper's.
-// Run: node --import ./bench/ts-register.mjs bench/planner.ts
+// Run: npx tsx bench/planner.ts
 // Prints a table and writes bench/results/planner.json; exits non-zero if Kiwi is ever worse than
 // a baseline that fits, or fails to place a model a baseline places.
 import { mkdir, writeFile } from 'node:fs/promises';

@@ -1,7 +1,7 @@
 // The OpenAI server's cost over the runtime: time to first token and tokens/s of one greedy stream
 // through HTTP + SSE against the same generation called directly, and aggregate tokens/s of 1, 4
 // and 16 concurrent streams. Model: $KIWI_MODEL, else stories260K (tiny, so per-token server
-// overhead is what shows). Run: node --import ./bench/ts-register.mjs bench/server.ts
+// overhead is what shows). Run: npx tsx bench/server.ts
 // Prints a table and writes bench/results/server.json.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
