@@ -93,6 +93,18 @@ export type KiwiErrorCode =
   | 'SESSION_REJECTED'
   | 'SESSION_TIMEOUT'
   | 'SESSION_UNREACHABLE'
+  // the distributed pipeline (electron/engine/pipeline, transport/tensor-frame.ts)
+  | 'TENSOR_FRAME_INVALID'
+  | 'COMPRESSION_INVALID'
+  | 'RING_PROTOCOL'
+  | 'RING_NOT_READY'
+  | 'RING_BROKEN'
+  | 'WEIGHTS_TRANSFER_FAILED'
+  | 'CONTROL_UNAUTHORIZED'
+  | 'CONTROL_BAD_REQUEST'
+  | 'CONTROL_NOT_FOUND'
+  | 'CONTROL_BUSY'
+  | 'CONTROL_NOT_SERVING'
   | (string & {});
 
 export class KiwiError extends Error {

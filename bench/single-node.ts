@@ -1,0 +1,245 @@
+// Kiwi's stage runtime against llama.cpp (node-llama-cpp, CPU, same thread count) on a `kiwi synth`
+// GGUF of Llama-3.2-1B shape at Q4_0 and Q8_0: prefill tokens/s for a 128-token prompt, decode
+// tokens/s, peak RSS, shard build time cold and warm, and the memory-bandwidth floor (weight
+// bytes per token / measured bandwidth). Each engine runs in its own child process (so peak RSS
+// is its own); rounds alternate between them so a noisy neighbour hits both alike.
+// Run: npx tsx bench/single-node.ts
+// Env: KIWI_BENCH_ROUNDS (default 3), KIWI_BENCH_THREADS (default all cores),
+//      KIWI_BENCH_QUANTS (default q4_0,q8_0), KIWI_BENCH_DECODE (decode tokens, default 32),
+//      KIWI_BENCH_FAST=0 for exact f32 activations (default: int8 activations, as llama.cpp).
+// Prints a table and writes bench/results/single-node.json.
+import { fork } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 3);
+const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? os.availableParallelism());
+const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0').split(',');
+const DECODE_TOKENS = Number(process.env.KIWI_BENCH_DECODE ?? 32);
+const FAST = process.env.KIWI_BENCH_FAST !== '0';
+const PROMPT_TOKENS = 128;
+
+type Engine = 'kiwi' | 'llama.cpp';
+type WorkerKind = Engine | 'kiwi-build';
+interface RoundResult {
+  prefillTokPerS: number;
+  decodeTokPerS: number;
+}
+type Message =
+  | { type: 'ready'; coldBuildMs?: number; warmBuildMs?: number; loadMs: number; peakRssBytes?: number }
+  | { type: 'round'; result: RoundResult }
+  | { type: 'rss'; peakRssBytes: number }
+  | { type: 'error'; message: string };
+
+/** The prompt: fixed ids inside every vocabulary (BOS + a cycle of ordinary tokens). */
+function promptIds(): number[] {
+  return [1, ...Array.from({ length: PROMPT_TOKENS - 1 }, (_, i) => 1000 + ((i * 7919) % 20000))];
+}
+
+// ---- child side ----------------------------------------------------------------------------
+
+async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): Promise<void> {
+  const send = (m: Message) => process.send!(m);
+  let round: () => Promise<RoundResult>;
+  if (engine === 'kiwi-build' || engine === 'kiwi') {
+    const { openGguf } = await import('../electron/engine/model/gguf/gguf-reader.js');
+    const { modelShapeFromGguf } = await import('../electron/engine/runtime/decoder-shape.js');
+    const { ShardCache } = await import('../electron/engine/runtime/shard-cache.js');
+    const { Stage } = await import('../electron/engine/runtime/stage.js');
+    const { StageChain } = await import('../electron/engine/runtime/stage-chain.js');
+    const { argmax } = await import('../electron/engine/runtime/sampling.js');
+    const file = await openGguf(modelPath);
+    const shape = await modelShapeFromGguf(file, { maxPositions: 1024 });
+    const cache = new ShardCache(cacheDir);
+    const opts = { cache, threads: THREADS, accuracyLevel: FAST ? (4 as const) : (0 as const) };
+    const plan = { start: 0, end: shape.blockCount, head: true };
+    if (engine === 'kiwi-build') {
+      // The cold build runs in its own process: its peak memory is not the serving process's.
+      const t0 = performance.now();
+      const cold = await Stage.open(file, shape, plan, opts);
+      const coldBuildMs = performance.now() - t0;
+      if (cold.origin.source !== 'built') throw new Error('the cold start found a shard in a fresh cache');
+      await cold.dispose();
+      send({ type: 'ready', coldBuildMs, loadMs: coldBuildMs, peakRssBytes: process.resourceUsage().maxRSS * 1024 });
+      process.disconnect();
+      return;
+    }
+    const t1 = performance.now();
+    const stage = await Stage.open(file, shape, plan, opts);
+    const warmBuildMs = performance.now() - t1;
+    if (stage.origin.source !== 'cache') throw new Error('the warm start did not come from the shard cache');
+    const chain = new StageChain([stage]);
+    round = async () => {
+      const caches = chain.newCaches(PROMPT_TOKENS + DECODE_TOKENS + 1);
+      const p0 = performance.now();
+      let logits = (await chain.step([{ tokens: promptIds(), caches }]))[0]!;
+      const prefillMs = performance.now() - p0;
+      const d0 = performance.now();
+      for (let i = 0; i < DECODE_TOKENS; i++) logits = (await chain.step([{ tokens: [argmax(logits)], caches }]))[0]!;
+      const decodeMs = performance.now() - d0;
+      return { prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs, decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs };
+    };
+    send({ type: 'ready', warmBuildMs, loadMs: warmBuildMs });
+  } else {
+    const { getLlama } = await import('node-llama-cpp');
+    const t0 = performance.now();
+    const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' as never });
+    const model = await llama.loadModel({ modelPath });
+    const context = await model.createContext({ contextSize: 1024, threads: THREADS, batchSize: PROMPT_TOKENS });
+    const sequence = context.getSequence();
+    const loadMs = performance.now() - t0;
+    round = async () => {
+      await sequence.clearHistory();
+      const p0 = performance.now();
+      let n = 0;
+      let prefillMs = 0;
+      let d0 = 0;
+      // The first yielded token marks the end of the prompt's evaluation (prefill + one sample).
+      for await (const _ of sequence.evaluate(promptIds() as never, { temperature: 0 })) {
+        if (n === 0) {
+          prefillMs = performance.now() - p0;
+          d0 = performance.now();
+        }
+        if (n++ >= DECODE_TOKENS) break;
+      }
+      const decodeMs = performance.now() - d0;
+      return { prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs, decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs };
+    };
+    send({ type: 'ready', loadMs });
+  }
+  process.on('message', (m: { cmd: 'round' | 'rss' }) => {
+    if (m.cmd === 'round') {
+      round().then(
+        (result) => send({ type: 'round', result }),
+        (err: unknown) => send({ type: 'error', message: String((err as Error).stack ?? err) }),
+      );
+    } else {
+      send({ type: 'rss', peakRssBytes: process.resourceUsage().maxRSS * 1024 });
+    }
+  });
+}
+
+// ---- parent side ---------------------------------------------------------------------------
+
+class Child {
+  private queue: Array<(m: Message) => void> = [];
+  constructor(readonly proc: ChildProcess) {
+    proc.on('message', (m: Message) => this.queue.shift()?.(m));
+  }
+  next(): Promise<Message> {
+    return new Promise((resolve, reject) => {
+      this.queue.push((m) => (m.type === 'error' ? reject(new Error(m.message)) : resolve(m)));
+      this.proc.once('exit', (code) => reject(new Error(`worker exited with ${code}`)));
+    });
+  }
+  async ask(cmd: 'round' | 'rss'): Promise<Message> {
+    const reply = this.next();
+    this.proc.send({ cmd });
+    return reply;
+  }
+}
+
+function spawnWorker(engine: WorkerKind, modelPath: string, cacheDir: string): Child {
+  const proc = fork(fileURLToPath(import.meta.url), ['--worker', engine, modelPath, cacheDir], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Child(proc);
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+async function main(): Promise<void> {
+  const { synthesizeModel } = await import('../electron/engine/model/synth/synth.js');
+  const { resolveShape } = await import('../electron/engine/model/synth/shapes.js');
+  const { SYNTH_QUANTS } = await import('../electron/engine/model/synth/synth.js');
+  const { openGguf } = await import('../electron/engine/model/gguf/gguf-reader.js');
+  const { measureHostBandwidth } = await import('../electron/engine/device/memory-bandwidth.js');
+
+  const dir = await mkdtemp(join(os.tmpdir(), 'kiwi-bench-single-'));
+  const rows: Record<string, unknown>[] = [];
+  const children: Child[] = [];
+  try {
+    const bandwidth = await measureHostBandwidth({ threads: THREADS, rounds: 3 });
+    for (const quant of QUANTS) {
+      const type = SYNTH_QUANTS[quant];
+      if (type === undefined) throw new Error(`unknown quant ${quant}`);
+      const modelPath = join(dir, `llama-3.2-1b-${quant}.gguf`);
+      await synthesizeModel({ shape: resolveShape('llama-3.2-1b'), quant: type, out: modelPath, seed: 1 });
+      const file = await openGguf(modelPath);
+      // Bytes read per decoded token: every matrix once (tied embeddings: the output projection).
+      const weightBytes = file.tensors.filter((t) => t.dims.length === 2).reduce((a, t) => a + t.byteLength, 0);
+      const floorTokPerS = (bandwidth.gbps * 1e9) / weightBytes;
+
+      const builder = spawnWorker('kiwi-build', modelPath, join(dir, `shards-${quant}`));
+      children.push(builder);
+      const built = (await builder.next()) as Extract<Message, { type: 'ready' }>;
+      const kiwi = spawnWorker('kiwi', modelPath, join(dir, `shards-${quant}`));
+      children.push(kiwi);
+      const kiwiReady = (await kiwi.next()) as Extract<Message, { type: 'ready' }>;
+      const ref = spawnWorker('llama.cpp', modelPath, '');
+      children.push(ref);
+      const refReady = (await ref.next()) as Extract<Message, { type: 'ready' }>;
+      const results: Record<Engine, RoundResult[]> = { kiwi: [], 'llama.cpp': [] };
+      for (let r = 0; r < ROUNDS; r++) {
+        for (const [engine, child] of [['kiwi', kiwi], ['llama.cpp', ref]] as const) {
+          const m = await child.ask('round');
+          if (m.type === 'round') results[engine].push(m.result);
+        }
+      }
+      for (const [engine, child, ready] of [['kiwi', kiwi, kiwiReady], ['llama.cpp', ref, refReady]] as const) {
+        const rss = (await child.ask('rss')) as Extract<Message, { type: 'rss' }>;
+        child.proc.kill();
+        const rs = results[engine];
+        rows.push({
+          quant,
+          engine,
+          threads: THREADS,
+          prefill_tok_s: median(rs.map((x) => x.prefillTokPerS)),
+          decode_tok_s: median(rs.map((x) => x.decodeTokPerS)),
+          decode_tok_s_spread: [Math.min(...rs.map((x) => x.decodeTokPerS)), Math.max(...rs.map((x) => x.decodeTokPerS))],
+          peak_rss_mb: rss.peakRssBytes / 2 ** 20,
+          cold_build_ms: engine === 'kiwi' ? (built.coldBuildMs ?? null) : null,
+          cold_build_peak_rss_mb: engine === 'kiwi' ? (built.peakRssBytes ?? 0) / 2 ** 20 : null,
+          warm_build_ms: ready.warmBuildMs ?? null,
+          load_ms: ready.loadMs,
+          weight_mb: weightBytes / 2 ** 20,
+          bandwidth_gbps: bandwidth.gbps,
+          bandwidth_floor_tok_s: floorTokPerS,
+        });
+      }
+      await rm(modelPath, { force: true });
+    }
+  } finally {
+    for (const c of children) if (c.proc.exitCode === null) c.proc.kill();
+    await rm(dir, { recursive: true, force: true });
+  }
+
+  const fmt = (v: unknown): string => (typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toFixed(1)) : Array.isArray(v) ? v.map(fmt).join('-') : String(v));
+  const cols = ['quant', 'engine', 'prefill_tok_s', 'decode_tok_s', 'decode_tok_s_spread', 'peak_rss_mb', 'cold_build_ms', 'cold_build_peak_rss_mb', 'warm_build_ms', 'bandwidth_floor_tok_s'];
+  console.log(cols.join('\t'));
+  for (const r of rows) console.log(cols.map((c) => fmt(r[c])).join('\t'));
+  const out = join(fileURLToPath(new URL('.', import.meta.url)), 'results');
+  await mkdir(out, { recursive: true });
+  const loadavg = os.loadavg();
+  await writeFile(
+    join(out, 'single-node.json'),
+    `${JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, prompt_tokens: PROMPT_TOKENS, decode_tokens: DECODE_TOKENS, int8_activations: FAST, loadavg, rows }, null, 1)}\n`,
+  );
+  await stat(join(out, 'single-node.json'));
+}
+
+if (process.argv[2] === '--worker') {
+  worker(process.argv[3] as WorkerKind, process.argv[4]!, process.argv[5]!).catch((err: unknown) => {
+    process.send!({ type: 'error', message: String((err as Error).stack ?? err) });
+    process.exitCode = 1;
+  });
+} else {
+  await main();
+}

@@ -1,0 +1,124 @@
+// The one module that talks to onnxruntime-node: picks the execution provider (CUDA, DirectML,
+// else CPU, or an explicit override), tunes the CPU path, creates sessions and runs them.
+// Everything else in the engine sees plain typed arrays and `OrtValue`s from here.
+import * as ort from 'onnxruntime-node';
+import os from 'node:os';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { KiwiError } from '../errors.js';
+
+export type ExecutionProvider = 'cuda' | 'dml' | 'cpu';
+
+export interface SessionFactoryOptions {
+  /** Force one provider; without it the best present one is used. */
+  provider?: ExecutionProvider;
+  /** CPU intra-op threads; default: the number of physical-ish cores (os.availableParallelism). */
+  threads?: number;
+}
+
+export type OrtTensor = ort.Tensor;
+export type OrtFeeds = Record<string, ort.Tensor>;
+
+export interface StageSession {
+  readonly provider: ExecutionProvider;
+  readonly inputNames: readonly string[];
+  readonly outputNames: readonly string[];
+  /**
+   * Runs the session. `fetches` names the outputs to return: a tensor to write into (it may be
+   * an input's tensor: GroupQueryAttention then updates its cache in place) or null to allocate.
+   */
+  run(feeds: OrtFeeds, fetches?: Record<string, ort.Tensor | null>): Promise<Record<string, ort.Tensor>>;
+  dispose(): Promise<void>;
+}
+
+/** Providers this build of onnxruntime-node can use on this platform, best first. */
+export function availableProviders(): ExecutionProvider[] {
+  const backends = new Set(ort.listSupportedBackends().map((b) => b.name));
+  const out: ExecutionProvider[] = [];
+  // The CUDA provider is a separate library that the npm install may have skipped.
+  if (backends.has('cuda') && process.platform === 'linux' && cudaProviderInstalled()) out.push('cuda');
+  if (backends.has('dml') && process.platform === 'win32') out.push('dml');
+  out.push('cpu');
+  return out;
+}
+
+function cudaProviderInstalled(): boolean {
+  const require = createRequire(import.meta.url);
+  const binding = dirname(require.resolve('onnxruntime-node/package.json'));
+  const dir = join(binding, 'bin', 'napi-v6', process.platform, process.arch);
+  return existsSync(join(dir, 'libonnxruntime_providers_cuda.so'));
+}
+
+export function defaultThreads(): number {
+  return Math.max(1, os.availableParallelism());
+}
+
+function sessionOptions(provider: ExecutionProvider, threads: number): ort.InferenceSession.SessionOptions {
+  return {
+    executionProviders: [provider],
+    // 'all' enables the contrib fusions and constant folding of weight casts.
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: threads,
+    // Stages are a single chain of ops: inter-op parallelism only adds thread hand-offs.
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+    enableCpuMemArena: true,
+    enableMemPattern: true,
+    logSeverityLevel: 3,
+  };
+}
+
+/**
+ * Creates a session from a model file (external data resolved next to it) or model bytes.
+ * Without an override, providers are tried best first; a provider that fails to start (driver
+ * or library missing) is skipped and the reason kept in `skipped`.
+ */
+export async function createStageSession(
+  model: string | Uint8Array,
+  opts: SessionFactoryOptions = {},
+): Promise<StageSession & { skipped: string[] }> {
+  const threads = opts.threads ?? defaultThreads();
+  const candidates = opts.provider !== undefined ? [opts.provider] : availableProviders();
+  const skipped: string[] = [];
+  for (const provider of candidates) {
+    let session: ort.InferenceSession;
+    try {
+      session =
+        typeof model === 'string'
+          ? await ort.InferenceSession.create(model, sessionOptions(provider, threads))
+          : await ort.InferenceSession.create(model, sessionOptions(provider, threads));
+    } catch (err) {
+      const message = (err as Error).message;
+      if (opts.provider !== undefined || provider === 'cpu') {
+        throw new KiwiError('RUNTIME_SESSION_FAILED', `onnxruntime could not create a ${provider} session: ${message}`, {
+          provider,
+        });
+      }
+      skipped.push(`${provider}: ${message}`);
+      continue;
+    }
+    return {
+      provider,
+      skipped,
+      inputNames: session.inputNames,
+      outputNames: session.outputNames,
+      run: (feeds, fetches) => (fetches !== undefined ? session.run(feeds, fetches) : session.run(feeds)) as Promise<Record<string, ort.Tensor>>,
+      dispose: () => session.release(),
+    };
+  }
+  throw new KiwiError('RUNTIME_SESSION_FAILED', 'no execution provider could start');
+}
+
+export function f32Tensor(data: Float32Array, dims: readonly number[]): ort.Tensor {
+  return new ort.Tensor('float32', data, dims);
+}
+
+export function i32Tensor(data: Int32Array, dims: readonly number[]): ort.Tensor {
+  return new ort.Tensor('int32', data, dims);
+}
+
+export function tensorF32(t: ort.Tensor | undefined, what: string): Float32Array {
+  if (t === undefined || t.type !== 'float32') throw new Error(`stage output ${what} missing or not float32`);
+  return t.data as Float32Array;
+}

@@ -1,0 +1,260 @@
+// Builds the ONNX graph of one pipeline stage: decoder layers [start, end) of a Llama-family
+// model, plus the head (final RMSNorm + output projection) when the stage is the head. The
+// embedding lookup of the first stage happens outside the graph (embedding.ts: rows are
+// dequantized on demand, so the table stays compact). Pure: takes the decoder shape and
+// already-converted weights, returns a GraphBuilder. Read the forward pass top to bottom.
+import { GraphBuilder, MS_DOMAIN, f32Bytes } from './onnx/onnx-graph.js';
+import { ropeCaches } from './rope.js';
+import { linearToF32 } from './weights/repack.js';
+import { KiwiError } from '../errors.js';
+import type { RopeSettings } from './rope.js';
+
+/** What the graph needs to know about the model (a subset of the model config). */
+export interface DecoderShape {
+  blockCount: number;
+  hidden: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  vocab: number;
+  rmsEps: number;
+  rope: RopeSettings;
+  /** llama.cpp's `llama` converter permutes q/k so adjacent pairs rotate (rope NORM); qwen2/3 use NEOX halves. */
+  ropeInterleaved: boolean;
+  /** Largest position a request may reach (size of the cos/sin caches). */
+  maxPositions: number;
+}
+
+/** A linear layer y = x W^T with W [n, k] (n outputs, k inputs), as stored in GGUF (ne0 = k). */
+export type LinearWeight =
+  | { kind: 'float'; n: number; k: number; /** [n, k] row-major f32 */ weight: Float32Array }
+  | {
+      kind: 'nbits';
+      n: number;
+      k: number;
+      bits: 4 | 8;
+      blockSize: number;
+      /** [n, k / blockSize, blockSize * bits / 8] uint8 (MatMulNBits B) */
+      b: Uint8Array;
+      /** [n * k / blockSize] f32 */
+      scales: Float32Array;
+      /** [n * k / blockSize] f32 (float zero points); absent = implied 8 / 128. */
+      zeroPoints?: Float32Array;
+    };
+
+export interface LayerWeights {
+  attnNorm: Float32Array; // [hidden]
+  q: LinearWeight; // [heads*headDim, hidden]
+  k: LinearWeight; // [kvHeads*headDim, hidden]
+  v: LinearWeight; // [kvHeads*headDim, hidden]
+  qBias?: Float32Array; // [heads*headDim] (qwen2)
+  kBias?: Float32Array; // [kvHeads*headDim]
+  vBias?: Float32Array; // [kvHeads*headDim]
+  qNorm?: Float32Array; // [headDim] (qwen3)
+  kNorm?: Float32Array; // [headDim]
+  o: LinearWeight; // [hidden, heads*headDim]
+  ffnNorm: Float32Array; // [hidden]
+  gate: LinearWeight; // [ffn, hidden]
+  up: LinearWeight; // [ffn, hidden]
+  down: LinearWeight; // [hidden, ffn]
+}
+
+export interface StageWeights {
+  start: number;
+  end: number;
+  layers: LayerWeights[];
+  /** Present when the stage is the head. */
+  head?: { norm: Float32Array /* [hidden] */; output: LinearWeight /* [vocab, hidden] */ };
+}
+
+export interface StageGraphOptions {
+  /** MatMulNBits accuracy_level: 0 = activations stay f32 (exact mode), 4 = int8 activations (faster). */
+  accuracyLevel: 0 | 4;
+}
+
+/** Names of the stage graph's inputs and outputs (the stage runner's contract). */
+export const IO = {
+  hiddenIn: 'hidden_in', // [batch, seq, hidden] f32
+  seqlensK: 'seqlens_k', // [batch] int32: total length - 1 per row
+  totalSeqLen: 'total_sequence_length', // [] int32
+  pastKey: (layer: number) => `past_key.${layer}`, // [batch, kvHeads, past, headDim] f32
+  pastValue: (layer: number) => `past_value.${layer}`,
+  presentKey: (layer: number) => `present_key.${layer}`, // [batch, kvHeads, total, headDim] f32
+  presentValue: (layer: number) => `present_value.${layer}`,
+  hiddenOut: 'hidden_out', // [batch, seq, hidden] f32
+  logits: 'logits', // [batch, 1, vocab] f32: last position only
+} as const;
+
+/**
+ * onnxruntime's GroupQueryAttention needs head_size % 16 == 0 (CPU kernel check). Smaller heads
+ * (toy models such as stories260K, head 8) are zero-padded: q/k/v get zero rows, the output
+ * projection zero columns, and the padded rope pairs rotate by 0. Dot products and outputs are
+ * unchanged; only the adjacent-pair (interleaved) rope layout allows this simple padding.
+ */
+export function attentionHeadDim(shape: Pick<DecoderShape, 'headDim' | 'ropeInterleaved'>): number {
+  const padded = Math.ceil(shape.headDim / 16) * 16;
+  if (padded !== shape.headDim && !shape.ropeInterleaved) {
+    throw new KiwiError('MODEL_UNSUPPORTED', `head dimension ${shape.headDim} is not a multiple of 16, which Kiwi supports only with llama's rope layout`);
+  }
+  return padded;
+}
+
+export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: StageGraphOptions): GraphBuilder {
+  const g = new GraphBuilder(`stage_${w.start}_${w.end}`);
+  const { hidden, heads, kvHeads } = shape;
+  const headDim = attentionHeadDim(shape); // as seen by attention (padded)
+  const eps = { float: shape.rmsEps };
+
+  // Stage input: embedded tokens (first stage) or the previous stage's hidden states.
+  let x = g.input(IO.hiddenIn, 'float32', ['batch', 'seq', hidden]); // [batch, seq, hidden] f32
+  const seqlensK = g.input(IO.seqlensK, 'int32', ['batch']);
+  const totalSeqLen = g.input(IO.totalSeqLen, 'int32', []);
+  const rope = ropeCaches(shape.rope, shape.maxPositions, headDim / 2);
+  const cos = g.initializer('rope_cos', 'float32', [shape.maxPositions, headDim / 2], f32Bytes(rope.cos));
+  const sin = g.initializer('rope_sin', 'float32', [shape.maxPositions, headDim / 2], f32Bytes(rope.sin));
+  const padHeads = (lw: LinearWeight, h: number) => padRows(lw, h, shape.headDim, headDim);
+  const padBias = (b: Float32Array | undefined, h: number) => (b === undefined ? undefined : padVector(b, h, shape.headDim, headDim));
+
+  // The residual stream: `x` plus the pending branch output `branch` not yet added to it, so the
+  // add fuses into the next norm (SkipSimplifiedLayerNormalization output 3 = x + branch).
+  // Split invariance: inside one graph every layer after the first starts with that fused norm;
+  // a stage starting at layer L > 0 receives x + branch already summed (the same f32 add), so it
+  // runs the same kernel with a zero branch: x + 0 is exact and the norm sees the same values.
+  let branch: string | undefined =
+    w.start > 0 ? g.op('ConstantOfShape', [g.op('Shape', [x])], { hint: 'zero_branch' }) : undefined; // [batch, seq, hidden] zeros
+  const rmsNorm = (weight: Float32Array, name: string): string => {
+    const gamma = g.initializer(name, 'float32', [hidden], f32Bytes(weight));
+    if (branch === undefined) {
+      return g.op('SimplifiedLayerNormalization', [x, gamma], { attrs: { axis: -1, epsilon: eps }, hint: name });
+    }
+    const [normed, , , sum] = g.node('SkipSimplifiedLayerNormalization', [branch, x, gamma], {
+      domain: MS_DOMAIN,
+      attrs: { epsilon: eps },
+      outputs: 4,
+      hint: name,
+    });
+    x = sum as string; // [batch, seq, hidden]
+    branch = undefined;
+    return normed as string; // [batch, seq, hidden]
+  };
+  const linear = (input: string, lw: LinearWeight, name: string, bias?: Float32Array): string => {
+    let y: string;
+    if (lw.kind === 'float') {
+      // MatMul wants [k, n]: transpose GGUF's [n, k] once here.
+      const t = new Float32Array(lw.n * lw.k);
+      for (let r = 0; r < lw.n; r++) for (let c = 0; c < lw.k; c++) t[c * lw.n + r] = lw.weight[r * lw.k + c]!;
+      y = g.op('MatMul', [input, g.initializer(name, 'float32', [lw.k, lw.n], f32Bytes(t))], { hint: name });
+    } else {
+      const blocks = lw.k / lw.blockSize;
+      const inputs = [
+        input,
+        g.initializer(`${name}.B`, 'uint8', [lw.n, blocks, (lw.blockSize * lw.bits) / 8], lw.b),
+        g.initializer(`${name}.scales`, 'float32', [lw.n * blocks], f32Bytes(lw.scales)),
+      ];
+      if (lw.zeroPoints !== undefined) {
+        inputs.push(g.initializer(`${name}.zp`, 'float32', [lw.n * blocks], f32Bytes(lw.zeroPoints)));
+      }
+      y = g.op('MatMulNBits', inputs, {
+        domain: MS_DOMAIN,
+        attrs: { K: lw.k, N: lw.n, bits: lw.bits, block_size: lw.blockSize, accuracy_level: opts.accuracyLevel },
+        hint: name,
+      });
+    }
+    if (bias !== undefined) y = g.op('Add', [y, g.initializer(`${name}.bias`, 'float32', [lw.n], f32Bytes(bias))]);
+    return y;
+  };
+  // qwen3: RMSNorm over each head's vector. [batch, seq, h*headDim] -> same shape.
+  const headNorm = (t: string, h: number, weight: Float32Array, name: string): string => {
+    const split = g.op('Reshape', [t, g.int64s(`${name}.shape4`, [0, 0, h, headDim])]); // [batch, seq, h, headDim]
+    const gamma = g.initializer(name, 'float32', [headDim], f32Bytes(weight));
+    const normed = g.op('SimplifiedLayerNormalization', [split, gamma], { attrs: { axis: -1, epsilon: eps } });
+    return g.op('Reshape', [normed, g.int64s(`${name}.shape3`, [0, 0, h * headDim])]); // [batch, seq, h*headDim]
+  };
+
+  w.layers.forEach((lw, i) => {
+    const L = w.start + i;
+    const p = `blk.${L}`;
+    // --- attention ---
+    const xn = rmsNorm(lw.attnNorm, `${p}.attn_norm`); // [batch, seq, hidden]
+    let q = linear(xn, padHeads(lw.q, heads), `${p}.attn_q`, padBias(lw.qBias, heads)); // [batch, seq, heads*headDim]
+    let k = linear(xn, padHeads(lw.k, kvHeads), `${p}.attn_k`, padBias(lw.kBias, kvHeads)); // [batch, seq, kvHeads*headDim]
+    const v = linear(xn, padHeads(lw.v, kvHeads), `${p}.attn_v`, padBias(lw.vBias, kvHeads)); // [batch, seq, kvHeads*headDim]
+    if ((lw.qNorm !== undefined || lw.kNorm !== undefined) && headDim !== shape.headDim) {
+      throw new KiwiError('MODEL_UNSUPPORTED', 'q/k norm with a head dimension that is not a multiple of 16 is not supported');
+    }
+    if (lw.qNorm !== undefined) q = headNorm(q, heads, lw.qNorm, `${p}.attn_q_norm`);
+    if (lw.kNorm !== undefined) k = headNorm(k, kvHeads, lw.kNorm, `${p}.attn_k_norm`);
+    const pastK = g.input(IO.pastKey(L), 'float32', ['batch', kvHeads, 'past', headDim]);
+    const pastV = g.input(IO.pastValue(L), 'float32', ['batch', kvHeads, 'past', headDim]);
+    // GQA applies rope to q and k (positions from seqlens_k), appends k/v to the cache, attends causally.
+    const [attn] = g.node('GroupQueryAttention', [q, k, v, pastK, pastV, seqlensK, totalSeqLen, cos, sin], {
+      domain: MS_DOMAIN,
+      attrs: {
+        num_heads: heads,
+        kv_num_heads: kvHeads,
+        do_rotary: 1,
+        rotary_interleaved: shape.ropeInterleaved ? 1 : 0,
+        scale: { float: 1 / Math.sqrt(shape.headDim) }, // the real head size, not the padded one
+      },
+      outputs: [`${p}.attn`, IO.presentKey(L), IO.presentValue(L)],
+      hint: `${p}.gqa`,
+    }); // attn [batch, seq, heads*headDim]; present [batch, kvHeads, total, headDim]
+    g.output(IO.presentKey(L), 'float32', ['batch', kvHeads, 'total', headDim]);
+    g.output(IO.presentValue(L), 'float32', ['batch', kvHeads, 'total', headDim]);
+    branch = linear(attn as string, padColumns(lw.o, heads, shape.headDim, headDim), `${p}.attn_output`); // [batch, seq, hidden]
+    // --- feed-forward (SwiGLU) ---
+    const hn = rmsNorm(lw.ffnNorm, `${p}.ffn_norm`); // [batch, seq, hidden]
+    const gate = linear(hn, lw.gate, `${p}.ffn_gate`); // [batch, seq, ffn]
+    const up = linear(hn, lw.up, `${p}.ffn_up`); // [batch, seq, ffn]
+    const silu = g.op('Mul', [gate, g.op('Sigmoid', [gate])]); // [batch, seq, ffn]
+    branch = linear(g.op('Mul', [silu, up]), lw.down, `${p}.ffn_down`); // [batch, seq, hidden]
+  });
+
+  if (w.head !== undefined) {
+    // Only the last position is sampled: slice before the (expensive) vocab projection.
+    const last = (t: string, name: string): string =>
+      g.op('Slice', [t, g.int64s(`${name}.starts`, [-1]), g.int64s(`${name}.ends`, [2 ** 31 - 1]), g.int64s(`${name}.axes`, [1])]);
+    x = last(x, 'last_x'); // [batch, 1, hidden]
+    if (branch !== undefined) branch = last(branch, 'last_branch'); // [batch, 1, hidden]
+    const xn = rmsNorm(w.head.norm, 'output_norm'); // [batch, 1, hidden]
+    nameOutput(g, linear(xn, w.head.output, 'output'), IO.logits); // [batch, 1, vocab]
+    g.output(IO.logits, 'float32', ['batch', 1, shape.vocab]);
+  } else {
+    const out = branch !== undefined ? g.op('Add', [x, branch]) : x; // [batch, seq, hidden]
+    nameOutput(g, out, IO.hiddenOut);
+    g.output(IO.hiddenOut, 'float32', ['batch', 'seq', hidden]);
+  }
+  return g;
+}
+
+/** Inserts zero rows so each of `h` heads of `from` rows becomes `to` rows. */
+function padRows(lw: LinearWeight, h: number, from: number, to: number): LinearWeight {
+  if (from === to) return lw;
+  const src = linearToF32(lw); // [h*from, k]
+  const out = new Float32Array(h * to * lw.k);
+  for (let i = 0; i < h; i++) out.set(src.subarray(i * from * lw.k, (i + 1) * from * lw.k), i * to * lw.k);
+  return { kind: 'float', n: h * to, k: lw.k, weight: out };
+}
+
+/** Inserts zero columns so each of `h` head slices of `from` inputs becomes `to` inputs. */
+function padColumns(lw: LinearWeight, h: number, from: number, to: number): LinearWeight {
+  if (from === to) return lw;
+  const src = linearToF32(lw); // [n, h*from]
+  const out = new Float32Array(lw.n * h * to);
+  for (let r = 0; r < lw.n; r++) {
+    for (let i = 0; i < h; i++) out.set(src.subarray(r * lw.k + i * from, r * lw.k + (i + 1) * from), r * h * to + i * to);
+  }
+  return { kind: 'float', n: lw.n, k: h * to, weight: out };
+}
+
+function padVector(v: Float32Array, h: number, from: number, to: number): Float32Array {
+  if (from === to) return v;
+  const out = new Float32Array(h * to);
+  for (let i = 0; i < h; i++) out.set(v.subarray(i * from, (i + 1) * from), i * to);
+  return out;
+}
+
+/** Names a computed value as a graph output (Identity keeps the builder's naming simple). */
+function nameOutput(g: GraphBuilder, value: string, outputName: string): void {
+  g.op('Identity', [value], { output: outputName });
+}

@@ -1,0 +1,225 @@
+// A running pipeline stage: the ONNX session of layers [start, end) (plus the embedding lookup
+// of the first stage) and its forward pass for prefill (one request, many tokens) and decode
+// (many requests, one token each). The KV cache of each request lives in a KvCache owned by the
+// caller; forward() appends to it. Stage.open builds the graph or takes it from the shard cache.
+import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import { KiwiError } from '../errors.js';
+import { availableProviders, createStageSession, f32Tensor, i32Tensor, tensorF32 } from './ort-session.js';
+import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from './ort-session.js';
+import { IO, attentionHeadDim, buildStageGraph } from './stage-graph.js';
+import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
+import { encodeModel } from './onnx/onnx-graph.js';
+import { loadStageWeights } from './stage-weights.js';
+import type { StagePlan } from './stage-weights.js';
+import { EmbeddingTable } from './embedding.js';
+import { modelFingerprint } from './shard-cache.js';
+import type { ShardCache } from './shard-cache.js';
+
+/**
+ * One request's cache for one stage: per layer K and V, each [kvHeads, capacity, headDim] f32,
+ * of which positions [0, length) are filled. Allocated once at the request's reserved size;
+ * GroupQueryAttention writes new positions into it in place (its shared past/present buffer mode).
+ */
+export interface KvCache {
+  length: number;
+  capacity: number;
+  keys: Float32Array[];
+  values: Float32Array[];
+}
+
+export interface StageOptions extends Partial<StageGraphOptions> {
+  provider?: ExecutionProvider;
+  threads?: number;
+  /** Where built shards are kept; without it every start builds the graph in memory (protobuf's
+   * 2 GiB limit then caps the stage's size: real models should use the cache). */
+  cache?: ShardCache;
+}
+
+/** How a stage came to be (for logs and benchmarks). */
+export interface StageOrigin {
+  source: 'built' | 'cache';
+  /** Reading + repacking + graph building (0 from the cache). */
+  buildMs: number;
+  /** onnxruntime session creation plus one warm-up run. */
+  sessionMs: number;
+}
+
+/** Input of a forward pass: token ids (first stage) or hidden states, for `batch` rows of `seq` tokens. */
+export type StageInput =
+  | { kind: 'ids'; ids: BigInt64Array /* [batch, seq] */; batch: number; seq: number }
+  | { kind: 'hidden'; hidden: Float32Array /* [batch, seq, hidden] */; batch: number; seq: number };
+
+/** hidden states [batch, seq, hidden] for the next stage, or logits [batch, vocab] (last position) from the head. */
+export type StageOutput = { kind: 'hidden'; hidden: Float32Array } | { kind: 'logits'; logits: Float32Array };
+
+export class Stage {
+  private constructor(
+    readonly plan: StagePlan,
+    readonly shape: DecoderShape,
+    private readonly session: StageSession,
+    private readonly embedding: EmbeddingTable | undefined,
+    readonly origin: StageOrigin,
+  ) {}
+
+  get provider(): ExecutionProvider {
+    return this.session.provider;
+  }
+
+  /**
+   * Opens the stage of `plan` from a GGUF: from the shard cache when it has it, else reads the
+   * range's weights, builds the graph (storing it in the cache, if any) and starts a session.
+   */
+  static async open(file: GgufFile, shape: DecoderShape, plan: StagePlan, opts: StageOptions = {}): Promise<Stage> {
+    const accuracyLevel = opts.accuracyLevel ?? 0;
+    const provider = opts.provider ?? availableProviders()[0]!;
+    // Without an override the factory may fall back to the next provider if the best fails to start.
+    const sessionOpts = { ...(opts.provider !== undefined ? { provider } : {}), ...(opts.threads !== undefined ? { threads: opts.threads } : {}) };
+    const embedding = plan.start === 0 ? await EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : undefined;
+    const t0 = performance.now();
+    const key = opts.cache && {
+      model: await modelFingerprint(file),
+      start: plan.start,
+      end: plan.end,
+      head: plan.head,
+      accuracyLevel,
+      maxPositions: shape.maxPositions,
+      provider,
+    };
+    const cached = opts.cache && key && (await opts.cache.lookup(key, file.path));
+    let model: string | Uint8Array;
+    let source: StageOrigin['source'] = 'cache';
+    if (cached !== undefined) {
+      model = cached;
+    } else {
+      source = 'built';
+      const weights = await loadStageWeights(file, shape, plan);
+      const graph = buildStageGraph(shape, weights, { accuracyLevel });
+      model = opts.cache && key ? await opts.cache.store(key, file.path, graph) : encodeModel(graph).model;
+    }
+    const t1 = performance.now();
+    const session = await createStageSession(model, sessionOpts);
+    const stage = new Stage(plan, shape, session, embedding, { source, buildMs: source === 'built' ? t1 - t0 : 0, sessionMs: 0 });
+    try {
+      // onnxruntime initializes kernels lazily on the first run: pay that here, not in the first request.
+      await stage.run(new Float32Array(shape.hidden), [stage.emptyCache(1)], 1, 1);
+    } catch (err) {
+      await session.dispose();
+      throw err;
+    }
+    stage.origin.sessionMs = performance.now() - t1;
+    return stage;
+  }
+
+  /** KV-cache bytes one position of one request takes in this stage (K and V, f32, every layer). */
+  get kvBytesPerToken(): number {
+    return (this.plan.end - this.plan.start) * 2 * this.shape.kvHeads * attentionHeadDim(this.shape) * 4;
+  }
+
+  /** A cache for `capacity` positions (at most the stage's maxPositions). */
+  emptyCache(capacity: number = this.shape.maxPositions): KvCache {
+    const cap = Math.min(capacity, this.shape.maxPositions);
+    const n = this.plan.end - this.plan.start;
+    const size = this.shape.kvHeads * cap * attentionHeadDim(this.shape);
+    return {
+      length: 0,
+      capacity: cap,
+      keys: Array.from({ length: n }, () => new Float32Array(size)),
+      values: Array.from({ length: n }, () => new Float32Array(size)),
+    };
+  }
+
+  /**
+   * Runs the stage for `input.batch` rows; row b continues `caches[b]`. Several rows need
+   * seq == 1 (batched decode); prefill runs one request at a time.
+   */
+  async forward(input: StageInput, caches: KvCache[]): Promise<StageOutput> {
+    const { batch, seq } = input;
+    if (caches.length !== batch) throw new Error(`forward: ${caches.length} caches for batch ${batch}`);
+    if (batch > 1 && seq !== 1) throw new Error('forward: batched rows must each add one token');
+    if (input.kind === 'ids' && this.embedding === undefined) throw new Error('forward: token ids given to a stage without the embedding');
+    if (input.kind === 'hidden' && this.plan.start === 0) throw new Error('forward: hidden states given to the first stage');
+    const x = input.kind === 'ids' ? this.embedding!.lookup(input.ids) : input.hidden; // [batch, seq, hidden]
+    return this.run(x, caches, batch, seq);
+  }
+
+  /** The session run: x [batch, seq, hidden] f32 after the embedding. */
+  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number): Promise<StageOutput> {
+    const { kvHeads, hidden } = this.shape;
+    const headDim = attentionHeadDim(this.shape); // the cache holds padded heads
+    for (const c of caches) {
+      if (c.length + seq > c.capacity) {
+        throw new KiwiError('CONTEXT_EXCEEDED', `the request needs ${c.length + seq} positions but its KV cache holds ${c.capacity}`, {
+          positions: c.length + seq,
+          capacity: c.capacity,
+        });
+      }
+    }
+    const total = Math.max(...caches.map((c) => c.length)) + seq;
+    // One request uses its own buffers; a batch is packed into [batch, kvHeads, cap, headDim].
+    const cap = Math.max(...caches.map((c) => c.capacity));
+    const single = caches.length === 1;
+
+    const feeds: OrtFeeds = {};
+    feeds[IO.hiddenIn] = f32Tensor(x, [batch, seq, hidden]);
+    // seqlens_k[b] = total length of row b - 1: GQA writes row b's new K/V at its own position.
+    feeds[IO.seqlensK] = i32Tensor(Int32Array.from(caches, (c) => c.length + seq - 1), [batch]);
+    feeds[IO.totalSeqLen] = i32Tensor(Int32Array.of(total), []);
+    const outputName = this.plan.head ? IO.logits : IO.hiddenOut;
+    const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
+    const layers = this.plan.end - this.plan.start;
+    const packed: Array<[Float32Array, Float32Array]> = [];
+    for (let i = 0; i < layers; i++) {
+      const L = this.plan.start + i;
+      const k = single ? caches[0]!.keys[i]! : packRows(caches, (c) => c.keys[i]!, cap, kvHeads, headDim);
+      const v = single ? caches[0]!.values[i]! : packRows(caches, (c) => c.values[i]!, cap, kvHeads, headDim);
+      packed.push([k, v]);
+      // Present is bound to past's own tensor: GQA's shared-buffer mode appends in place, no copy.
+      const kt = f32Tensor(k, [batch, kvHeads, cap, headDim]);
+      const vt = f32Tensor(v, [batch, kvHeads, cap, headDim]);
+      feeds[IO.pastKey(L)] = kt;
+      feeds[IO.pastValue(L)] = vt;
+      fetches[IO.presentKey(L)] = kt;
+      fetches[IO.presentValue(L)] = vt;
+    }
+
+    const out = await this.session.run(feeds, fetches);
+
+    if (!single) {
+      // Copy each row's new positions back from the packed buffers.
+      packed.forEach(([k, v], i) => {
+        caches.forEach((c, b) => {
+          unpackNew(k, c.keys[i]!, b, c, seq, cap, kvHeads, headDim);
+          unpackNew(v, c.values[i]!, b, c, seq, cap, kvHeads, headDim);
+        });
+      });
+    }
+    for (const c of caches) c.length += seq;
+    const result = tensorF32(out[outputName], outputName);
+    return this.plan.head ? { kind: 'logits', logits: result } : { kind: 'hidden', hidden: result };
+  }
+
+  dispose(): Promise<void> {
+    return this.session.dispose();
+  }
+}
+
+/** [batch, kvHeads, cap, headDim] holding each row's filled positions. */
+function packRows(caches: KvCache[], pick: (c: KvCache) => Float32Array, cap: number, kvHeads: number, headDim: number): Float32Array {
+  const out = new Float32Array(caches.length * kvHeads * cap * headDim);
+  caches.forEach((c, b) => {
+    const src = pick(c);
+    for (let h = 0; h < kvHeads; h++) {
+      const from = h * c.capacity * headDim;
+      out.set(src.subarray(from, from + c.length * headDim), (b * kvHeads + h) * cap * headDim);
+    }
+  });
+  return out;
+}
+
+/** Copies row b's positions [length, length + seq) from a packed buffer into its own cache. */
+function unpackNew(packed: Float32Array, dst: Float32Array, b: number, c: KvCache, seq: number, cap: number, kvHeads: number, headDim: number): void {
+  for (let h = 0; h < kvHeads; h++) {
+    const from = ((b * kvHeads + h) * cap + c.length) * headDim;
+    dst.set(packed.subarray(from, from + seq * headDim), (h * c.capacity + c.length) * headDim);
+  }
+}

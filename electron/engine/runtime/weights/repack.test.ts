@@ -1,0 +1,101 @@
+import { describe, expect, test } from 'vitest';
+import { GgmlType } from '../../model/gguf/gguf-types.js';
+import { dequantize } from '../../model/gguf/dequantize.js';
+import { quantize } from '../../model/gguf/quant/quantize.js';
+import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../onnx/onnx-graph.js';
+import { createStageSession, f32Tensor } from '../ort-session.js';
+import type { LinearWeight } from '../stage-graph.js';
+import { f16ToF32, f32FromBf16Bytes, f32FromF16Bytes, linearToF32, q4_0ToNBits, q4_KToNBits, q6_KToNBits, q8_0ToNBits } from './repack.js';
+
+function randomValues(count: number, seed: number): Float32Array {
+  let s = seed >>> 0;
+  const next = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
+  return Float32Array.from({ length: count }, () => next() * (1 + Math.abs(next()) * 3));
+}
+
+const N = 24;
+const K = 512;
+const cases: Array<[string, GgmlType, (b: Uint8Array, n: number, k: number) => LinearWeight]> = [
+  ['Q8_0', GgmlType.Q8_0, q8_0ToNBits],
+  ['Q4_0', GgmlType.Q4_0, q4_0ToNBits],
+  ['Q6_K', GgmlType.Q6_K, q6_KToNBits],
+];
+
+describe('GGUF to MatMulNBits repacking', () => {
+  test.each(cases)('%s repacks exactly: every weight equals ggml dequantization', (_name, type, repack) => {
+    const bytes = quantize(type, randomValues(N * K, 7));
+    const expected = dequantize(type, bytes, N * K);
+    expect(linearToF32(repack(bytes, N, K))).toEqual(expected);
+  });
+
+  test('Q4_K repacks with float zero points within a few f32 roundings of ggml dequantization', () => {
+    const bytes = quantize(GgmlType.Q4_K, randomValues(N * K, 11));
+    const expected = dequantize(GgmlType.Q4_K, bytes, N * K);
+    const got = linearToF32(q4_KToNBits(bytes, N, K));
+    // w = d*sc*q - dmin*m cancels, so measure against the block's magnitudes: scale*15 + min.
+    const w = q4_KToNBits(bytes, N, K);
+    if (w.kind !== 'nbits' || w.zeroPoints === undefined) throw new Error('expected float zero points');
+    let worst = 0;
+    for (let i = 0; i < got.length; i++) {
+      const blk = Math.floor(i / 32);
+      const mag = Math.abs(w.scales[blk]!) * (15 + Math.abs(w.zeroPoints[blk]!));
+      worst = Math.max(worst, Math.abs(got[i]! - expected[i]!) / mag);
+    }
+    expect(worst).toBeLessThan(4 * 2 ** -24);
+  });
+
+  test('refuses a tensor whose byte length does not match its shape', () => {
+    expect(() => q4_0ToNBits(new Uint8Array(17), 1, 32)).toThrow(/expected 18/);
+    expect(() => q8_0ToNBits(new Uint8Array(34), 1, 48)).toThrow(/multiple of 32/);
+  });
+
+  test('decodes f16 and bf16 exactly', () => {
+    expect([0x3c00, 0xc000, 0x0001, 0x7bff, 0x7c00].map(f16ToF32)).toEqual([1, -2, 2 ** -24, 65504, Infinity]);
+    expect(Array.from(f32FromF16Bytes(Uint8Array.of(0x00, 0x3c, 0x00, 0xc0), 2))).toEqual([1, -2]);
+    expect(Array.from(f32FromBf16Bytes(Uint8Array.of(0x80, 0x3f, 0x40, 0xc0), 2))).toEqual([1, -3]);
+  });
+
+  test.each([...cases, ['Q4_K', GgmlType.Q4_K, q4_KToNBits] as const])(
+    '%s blocks multiply in onnxruntime MatMulNBits like an f32 matmul of the dequantized weights',
+    async (_name, type, repack) => {
+      const bytes = quantize(type, randomValues(N * K, 3));
+      const w = repack(bytes, N, K);
+      if (w.kind !== 'nbits') throw new Error('expected nbits');
+      const dense = dequantize(type, bytes, N * K);
+      const g = new GraphBuilder('mm');
+      const x = g.input('x', 'float32', [2, K]);
+      const blocks = K / w.blockSize;
+      const inputs = [
+        x,
+        g.initializer('B', 'uint8', [N, blocks, (w.blockSize * w.bits) / 8], w.b),
+        g.initializer('scales', 'float32', [N * blocks], f32Bytes(w.scales)),
+      ];
+      if (w.zeroPoints !== undefined) inputs.push(g.initializer('zp', 'float32', [N * blocks], f32Bytes(w.zeroPoints)));
+      g.op('MatMulNBits', inputs, {
+        domain: MS_DOMAIN,
+        attrs: { K, N, bits: w.bits, block_size: w.blockSize, accuracy_level: 0 },
+        output: 'y',
+      });
+      g.output('y', 'float32', [2, N]);
+      const session = await createStageSession(encodeModel(g).model, { provider: 'cpu', threads: 1 });
+      try {
+        const xs = randomValues(2 * K, 5);
+        const y = (await session.run({ x: f32Tensor(xs, [2, K]) })).y!.data as Float32Array;
+        for (let r = 0; r < 2; r++) {
+          for (let n = 0; n < N; n++) {
+            let ref = 0;
+            let mag = 0;
+            for (let k = 0; k < K; k++) {
+              ref += xs[r * K + k]! * dense[n * K + k]!;
+              mag += Math.abs(xs[r * K + k]! * dense[n * K + k]!);
+            }
+            // f32 accumulation in a different order: error bounded by ~K * eps * sum|terms|.
+            expect(Math.abs(y[r * N + n]! - ref)).toBeLessThan(mag * 1e-5);
+          }
+        }
+      } finally {
+        await session.dispose();
+      }
+    },
+  );
+});
