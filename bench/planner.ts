@@ -1,13 +1,15 @@
 // Kiwi's planner against the two standard divisions (GPipe's uniform split, exo's
 // memory-proportional split) on heterogeneous fleets modelled on the Kafila paper's.
-// Run: npx tsx bench/planner.ts
-// Prints a table and writes bench/results/planner.json; exits non-zero if Kiwi is ever worse than
+// Then how well the cost model predicts a measured stage on this machine (bench/stage-prediction.ts).
+// Run: npx tsx bench/planner.ts [--stage-shape llama-3.2-1b] [--stage-quant q4_0] [--stage-threads N] [--no-stage]
+// Prints tables and writes bench/results/planner.json; exits non-zero if Kiwi is ever worse than
 // a baseline that fits, or fails to place a model a baseline places.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isKiwiError } from '../electron/engine/errors.js';
 import type { DeviceSpec, Fleet, ModelSizes } from '../electron/engine/planner/fleet.js';
 import { planFleet, type Division } from '../electron/engine/planner/plan.js';
+import { formatStagePrediction, measureStagePrediction } from './stage-prediction.js';
 
 const GB = 1e9;
 
@@ -185,11 +187,36 @@ for (const c of cases) {
 }
 
 printTable(rows);
+
+const args = process.argv.slice(2);
+const argValue = (name: string, fallback: string): string => {
+  const i = args.indexOf(name);
+  return i >= 0 && args[i + 1] !== undefined ? args[i + 1]! : fallback;
+};
+// Stages of a synthetic model: the first quarter (with the embedding), the middle half, the last
+// quarter with the head, one block, and the whole model.
+const stagePrediction = args.includes('--no-stage')
+  ? null
+  : await measureStagePrediction({
+      shape: argValue('--stage-shape', 'llama-3.2-1b'),
+      quant: argValue('--stage-quant', 'q4_0'),
+      ...(args.includes('--stage-threads') ? { threads: Number(argValue('--stage-threads', '0')) } : {}),
+      ranges: (n) => [
+        { start: 0, end: Math.floor(n / 4) },
+        { start: Math.floor(n / 4), end: Math.floor((3 * n) / 4) },
+        { start: Math.floor(n / 2), end: Math.floor(n / 2) + 1 },
+        { start: Math.floor((3 * n) / 4), end: n },
+        { start: 0, end: n },
+      ],
+      log: (line) => console.error(`stage prediction: ${line}`),
+    });
+if (stagePrediction !== null) console.log(`\n${formatStagePrediction(stagePrediction)}`);
+
 const result = {
   generated_at: new Date().toISOString(),
   note: 'bottlenecks in ms per token from the cost model (bandwidth tier unless measured block times are given); a baseline that does not fit in memory cannot serve at all',
-  // Predicting a measured stage needs the stage runtime (issue 3): not measured here yet.
-  stage_prediction: null,
+  // Predicted (cost model: bandwidth tier, and block_ms tier from the per-block probe) vs measured decode ms per token of real stages.
+  stage_prediction: stagePrediction,
   fleets: rows,
   failures,
 };

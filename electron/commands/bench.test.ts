@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../cli.js';
+import { testModelPath } from '../engine/model/test-models.js';
 
 async function run(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const stdout = new PassThrough();
@@ -48,6 +49,23 @@ describe('kiwi bench', () => {
     expect(again.cached).toBe(true);
     expect(again.bandwidth).toEqual(result.bandwidth);
     expect(second.stderr).toMatch(/using the cached measurements/);
+  });
+
+  it('with --model times one decoder block of that shape, shows progress, and caches it per shape', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    const first = await run(['bench', '--model', model, '--json']);
+    expect(first.code).toBe(0);
+    const result = JSON.parse(first.stdout);
+    // stories260K: llama, 64 wide, 172 ffn, 8 heads (4 kv) of 8, f32 weights.
+    expect(result.block).toMatchObject({ key: 'llama:e64:f172:h8/4x8:f32:auto', runs: 15, provider: 'cpu' });
+    expect(result.block.block_ms).toBeGreaterThan(0);
+    expect(result.fleet_device.block_ms).toBe(result.block.block_ms);
+    expect(first.stderr).toMatch(/timing one decoder block of llama:e64/);
+    expect(first.stderr).toMatch(/block run 15\/15/);
+
+    const second = await run(['bench', '--model', model, '--json']);
+    expect(JSON.parse(second.stdout).block).toEqual(result.block);
+    expect(second.stderr).not.toMatch(/block run/);
   });
 
   it('prints a readable summary without --json', async () => {

@@ -1,8 +1,13 @@
-// `kiwi bench [--json] [--refresh]`: what this device offers a session (memory, GPUs, working
-// execution providers, measured memory bandwidth), cached per hardware. Progress goes to stderr
-// so that stdout stays one JSON object with --json.
+// `kiwi bench [--model M] [--json] [--refresh]`: what this device offers a session (memory, GPUs,
+// working execution providers, measured memory bandwidth, and with --model the time of one decoder
+// block of that model), cached per hardware. Progress goes to stderr so that stdout stays one JSON
+// object with --json. The composition of the runtime's block probe and the device bench lives here:
+// device/ and runtime/ do not import each other.
 import { KiwiError } from '../engine/errors.js';
-import { runDeviceBench, type DeviceBenchJson } from '../engine/device/device-bench.js';
+import { runDeviceBench, type BlockProbe, type DeviceBenchJson } from '../engine/device/device-bench.js';
+import { openGguf } from '../engine/model/gguf/gguf-reader.js';
+import { blockProbeKey, blockShapeOf, measureBlock } from '../engine/runtime/block-probe.js';
+import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
 import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
 
 export const benchCommand = defineCommand({
@@ -18,23 +23,57 @@ export const benchCommand = defineCommand({
     json: { type: 'boolean', description: 'Print one JSON object' },
     refresh: { type: 'boolean', description: 'Measure again even if a cached result matches this hardware' },
     bandwidth: { type: 'string', valueName: 'METHOD', description: 'Bandwidth probe: auto, native or js', default: 'auto' },
+    model: { type: 'string', valueName: 'FILE', description: "Also time one decoder block of this GGUF model's shape and weight type (random weights)" },
+    provider: { type: 'string', valueName: 'EP', description: 'Execution provider of the block probe: cpu, cuda or dml (default: best available)' },
   },
   async run(ctx) {
     const method = stringOption(ctx, 'bandwidth') ?? 'auto';
     if (method !== 'auto' && method !== 'native' && method !== 'js') {
       throw new KiwiError('USAGE', `--bandwidth must be auto, native or js, not '${method}'`);
     }
+    const onProgress = (message: string): void => void ctx.stderr.write(`kiwi bench: ${message}\n`);
+    const modelPath = stringOption(ctx, 'model');
+    const provider = stringOption(ctx, 'provider');
+    if (provider !== undefined && !PROVIDERS.includes(provider as ExecutionProvider)) {
+      throw new KiwiError('USAGE', `--provider must be one of ${PROVIDERS.join(', ')}, got '${provider}'`);
+    }
+    const blockProbe = modelPath !== undefined ? await blockProbeFor(modelPath, provider as ExecutionProvider | undefined, onProgress) : undefined;
     const result = await runDeviceBench({
       refresh: booleanOption(ctx, 'refresh'),
       signal: ctx.signal,
       bandwidth: { method },
-      onProgress: (message) => ctx.stderr.write(`kiwi bench: ${message}\n`),
+      onProgress,
+      ...(blockProbe !== undefined ? { blockProbe } : {}),
     });
     if (booleanOption(ctx, 'json')) writeJson(ctx.stdout, result);
     else ctx.stdout.write(formatBench(result));
     return 0;
   },
 });
+
+const PROVIDERS: readonly ExecutionProvider[] = ['cpu', 'cuda', 'dml'];
+
+/** The device bench's seam filled with the runtime's probe: one block of the model's shape, cached per shape and provider. */
+export async function blockProbeFor(
+  modelPath: string,
+  provider: ExecutionProvider | undefined,
+  onProgress: (m: string) => void,
+  threads?: number,
+): Promise<BlockProbe> {
+  const shape = blockShapeOf(await openGguf(modelPath));
+  return {
+    key: blockProbeKey(shape, provider ?? 'auto') + (threads !== undefined ? `:t${threads}` : ''),
+    async run(signal) {
+      const r = await measureBlock(shape, {
+        ...(provider !== undefined ? { provider } : {}),
+        ...(threads !== undefined ? { threads } : {}),
+        ...(signal !== undefined ? { signal } : {}),
+        onProgress,
+      });
+      return { block_ms: Math.round(r.blockMs * 1000) / 1000, runs: r.runs, provider: r.provider };
+    },
+  };
+}
 
 function formatBench(r: DeviceBenchJson): string {
   const gib = (b: number | null): string => (b === null ? '?' : `${(b / 2 ** 30).toFixed(1)} GiB`);
@@ -49,6 +88,7 @@ function formatBench(r: DeviceBenchJson): string {
         (r.bandwidth.fallback_reason !== null ? ` — fallback: ${r.bandwidth.fallback_reason}` : ''),
     ],
     ...r.bandwidth.providers.map((p): [string, string] => [`bw ${p.provider}`, `${p.gbps.toFixed(1)} GB/s through the ${p.provider} execution provider`]),
+    ...(r.block !== null ? [['block', `${r.block.block_ms} ms per decoder block (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]] : []),
     ['measured', `${r.measured_at}${r.cached ? ' (cached)' : ''}`],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));

@@ -8,6 +8,8 @@ import { openGguf, readTensorBytes } from '../engine/model/gguf/gguf-reader.js';
 import { GgmlType, tensorByteLength } from '../engine/model/gguf/gguf-types.js';
 import { buildGguf, writableMetadata } from '../engine/model/gguf/gguf-writer.js';
 import { testModelPath } from '../engine/model/test-models.js';
+import { LocalBackend } from '../engine/server/local-backend.js';
+import { createOpenAiApi } from '../engine/server/openai-api.js';
 
 async function run(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const stdout = new PassThrough();
@@ -49,6 +51,46 @@ describe('kiwi generate', () => {
     expect(r.text).toBe(', there was a little girl named Lily. She loved to play');
     expect(r.ttft_ms).toBeGreaterThan(0);
     expect(r.tokens_per_s).toBeGreaterThan(0);
+  });
+
+  test('--json text equals the text the API returns for the same greedy request', async () => {
+    // The first generated piece is '▁little': decode(ids) would drop its space, the stream does not.
+    const prompt = 'Once upon a time, there was a';
+    const out = await run(['generate', '--model', model, '--prompt', prompt, '--max-tokens', '24', '--threads', '1', '--json']);
+    expect(out.code).toBe(0);
+    const r = JSON.parse(out.stdout);
+    expect(r.text.startsWith(' ')).toBe(true);
+    const backend = await LocalBackend.open(model, { threads: 1 });
+    try {
+      const res = await createOpenAiApi({ backend }).handle({
+        method: 'POST',
+        path: '/v1/completions',
+        headers: { 'content-type': 'application/json' },
+        body: (async function* () {
+          yield Buffer.from(JSON.stringify({ prompt, max_tokens: 24, temperature: 0 }));
+        })(),
+        signal: new AbortController().signal,
+      });
+      if (!('body' in res)) throw new Error('expected a JSON body');
+      expect(r.text).toBe(JSON.parse(res.body).choices[0].text);
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test('--chat renders the prompt with the fallback template and one BOS, as the API does for the same message', async () => {
+    const out = await run(['generate', '--model', model, '--prompt', 'Hi', '--chat', '--max-tokens', '8', '--threads', '1', '--json']);
+    expect(out.code).toBe(0);
+    const r = JSON.parse(out.stdout);
+    const backend = await LocalBackend.open(model, { threads: 1 });
+    try {
+      expect(backend.chatTemplateSource).toBe('plain');
+      expect(r.prompt_ids).toEqual(backend.prepare({ kind: 'chat', messages: [{ role: 'user', content: 'Hi' }] }).ids);
+      expect(r.prompt_ids[0]).toBe(1);
+      expect(r.ids.length).toBeGreaterThan(0);
+    } finally {
+      await backend.close();
+    }
   });
 
   test('--split runs a chain of stages and gives the same ids', async () => {

@@ -5,7 +5,8 @@ import { KiwiError } from '../engine/errors.js';
 import { kiwiCacheDir } from '../engine/paths.js';
 import { ShardCache } from '../engine/runtime/shard-cache.js';
 import { parseSplit } from '../engine/runtime/layer-range.js';
-import { openLocalModel, renderChatPrompt } from '../engine/runtime/local-model.js';
+import { chatTemplateForModel, chatTokensOf, encodeChatPrompt } from '../engine/model/chat-template.js';
+import { openLocalModel } from '../engine/runtime/local-model.js';
 import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
 import { DEFAULT_SAMPLING, Sampler } from '../engine/runtime/sampling.js';
 import { generate } from '../engine/runtime/generation.js';
@@ -82,24 +83,29 @@ export const generateCommand = defineCommand({
     });
     try {
       const chat = booleanOption(ctx, 'chat');
-      const text = chat ? renderChatPrompt(model, prompt) : prompt;
-      // A chat template writes its own special tokens (and usually BOS) as text.
-      const promptIds = model.tokenizer.encode(text, chat ? { parseSpecial: true, addBos: false } : {});
-      const stop = ctx.values.stop;
+      // --chat: the model's template (or Kiwi's fallback) and BOS rule, exactly as the API's chat prompts.
+      const promptIds = chat
+        ? encodeChatPrompt(model.tokenizer, chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer)), [{ role: 'user', content: prompt }]).ids
+        : model.tokenizer.encode(prompt);
+      const stop = (Array.isArray(ctx.values.stop) ? ctx.values.stop : []).filter((s): s is string => typeof s === 'string' && s.length > 0);
+      // The text is the concatenation of the stream decoder's pieces (what the server streams, as
+      // llama.cpp's server does), not decode(ids), which drops a SentencePiece first piece's space.
+      const decoder = model.tokenizer.createStreamDecoder();
+      let out = '';
       const result = await generate(model.chain, {
         promptIds,
         maxTokens,
         sampler,
         isEndOfGeneration: (id) => model.tokenizer.isEndOfGeneration(id),
-        textOf: (ids) => model.tokenizer.decode(ids),
-        stop: Array.isArray(stop) ? stop.filter((s): s is string => typeof s === 'string') : [],
+        decoder,
+        onToken: (_id, piece) => (out += piece),
+        stop,
         signal: ctx.signal,
       });
-      let out = model.tokenizer.decode(result.ids);
-      for (const s of Array.isArray(stop) ? stop : []) {
-        const at = typeof s === 'string' && s.length > 0 ? out.indexOf(s) : -1;
-        if (at >= 0) out = out.slice(0, at);
-      }
+      out += decoder.flush();
+      // Like the API: the text ends right before the earliest stop sequence.
+      const cut = Math.min(...stop.map((s) => out.indexOf(s)).filter((at) => at >= 0));
+      if (Number.isFinite(cut)) out = out.slice(0, cut);
       const tokensPerS = result.ids.length > 1 && result.decodeMs > 0 ? ((result.ids.length - 1) * 1000) / result.decodeMs : 0;
       if (booleanOption(ctx, 'json')) {
         writeJson(ctx.stdout, {

@@ -113,3 +113,20 @@ export function chatTokensOf(tokenizer: Tokenizer): ChatTokens {
     hasToken: (text) => tokenizer.tokenId(text) !== undefined,
   };
 }
+
+/**
+ * Renders messages with `template` and tokenizes the result as llama.cpp's server does: the
+ * template writes special tokens as text, and BOS is added (when the model adds one) unless the
+ * template already wrote it. `kiwi generate --chat` and the API's chat prompts both come from here.
+ */
+export function encodeChatPrompt(
+  tokenizer: Tokenizer,
+  template: ChatTemplate,
+  messages: readonly ChatMessage[],
+  options: ChatRenderOptions = {},
+): { text: string; ids: number[] } {
+  const text = template.render(messages, options);
+  const ids = tokenizer.encode(text, { parseSpecial: true, addBos: false });
+  if (tokenizer.addBos && tokenizer.bosId !== undefined && ids[0] !== tokenizer.bosId) ids.unshift(tokenizer.bosId);
+  return { text, ids };
+}

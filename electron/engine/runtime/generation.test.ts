@@ -23,7 +23,7 @@ const params = (prompt: string, o: Partial<GenerateParams> = {}): GenerateParams
   maxTokens: 24,
   sampler: new Sampler(DEFAULT_SAMPLING),
   isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
-  textOf: (ids) => tok.decode(ids),
+  decoder: tok.createStreamDecoder(),
   ...o,
 });
 
@@ -90,6 +90,58 @@ describe('batched generation', () => {
     const err = await gen.generate(params(PROMPTS[1]!)).catch((e: unknown) => e);
     expect(isKiwiError(err, 'KV_POOL_EXHAUSTED')).toBe(true);
     expect((await first).ids.length).toBe(24);
+  });
+});
+
+describe('cancellation', () => {
+  test('aborting one request of a decode batch ends it alone; the others finish with their ids', async () => {
+    const alone = [];
+    for (const p of PROMPTS.slice(1)) alone.push((await generate(chain, params(p))).ids);
+    const pool = new KvBlockPool(64, 16, 1);
+    const gen = new BatchGenerator(chain, pool, { maxBatch: 4 });
+    const ac = new AbortController();
+    let doomedTokens = 0;
+    // Aborted from inside the batch, after its third token: the other three are decoding with it.
+    const doomed = gen.generate(
+      params(PROMPTS[0]!, { signal: ac.signal, onToken: () => ++doomedTokens === 3 && ac.abort(new Error('client went away')) }),
+    );
+    const others = PROMPTS.slice(1).map((p) => gen.generate(params(p)));
+    await expect(doomed).rejects.toThrow('client went away');
+    expect((await Promise.all(others)).map((r) => r.ids)).toEqual(alone);
+    expect(doomedTokens).toBe(3);
+    expect(pool.freeBlocks).toBe(64);
+  });
+
+  test('a request aborted while it waits for KV blocks leaves the queue at once, and the running one is untouched', async () => {
+    const alone = (await generate(chain, params(PROMPTS[0]!))).ids;
+    const pool = new KvBlockPool(2, 16, 1); // one request of <= 8 prompt + 24 new positions at a time
+    const gen = new BatchGenerator(chain, pool, { maxBatch: 4 });
+    const running = gen.generate(params(PROMPTS[0]!));
+    const ac = new AbortController();
+    const waiting = gen.generate(params(PROMPTS[1]!, { signal: ac.signal }));
+    expect(gen.waitingForKv).toBe(1);
+    ac.abort(new Error('gave up waiting'));
+    await expect(waiting).rejects.toThrow('gave up waiting');
+    expect(gen.waitingForKv).toBe(0);
+    expect((await running).ids).toEqual(alone);
+    expect(pool.freeBlocks).toBe(2);
+  });
+
+  test('a request aborted while queued for prefill ends without running a step', async () => {
+    const pool = new KvBlockPool(64, 16, 1);
+    const gen = new BatchGenerator(chain, pool, { maxBatch: 4 });
+    const first = gen.generate(params(PROMPTS[0]!));
+    const ac = new AbortController();
+    let tokens = 0;
+    const queued = gen.generate(params(PROMPTS[1]!, { signal: ac.signal, onToken: () => tokens++ }));
+    // Both are admitted; the second waits behind the first's prefill.
+    await Promise.resolve();
+    await Promise.resolve();
+    ac.abort(new Error('never mind'));
+    await expect(queued).rejects.toThrow('never mind');
+    expect(tokens).toBe(0);
+    expect((await first).ids.length).toBe(24);
+    expect(pool.freeBlocks).toBe(64);
   });
 });
 

@@ -1,10 +1,12 @@
 // The generation loop over a stage chain: requests are admitted against the KV block pool,
 // prefilled one at a time, then decoded together in batches (one token per request per step)
-// until max tokens, an end-of-generation token or a stop sequence.
+// until max tokens, an end-of-generation token or a stop sequence. A request that is aborted
+// leaves its queue at once and ends alone: the others of its batch go on.
 import { KiwiError } from '../errors.js';
 import { KvBlockPool } from './kv-pool.js';
 import type { KvReservation } from './kv-pool.js';
 import type { Sampler } from './sampling.js';
+import { StopMatcher } from './stop-matcher.js';
 import type { RequestCaches, StageChain } from './stage-chain.js';
 
 export interface GenerateParams {
@@ -13,11 +15,16 @@ export interface GenerateParams {
   sampler: Sampler;
   /** End-of-generation tokens (EOS, EOT): generation stops after producing one; it is not part of `ids`. */
   isEndOfGeneration: (id: number) => boolean;
-  /** With `stop`: the text of generated ids, to look for stop sequences. */
-  textOf?: (ids: readonly number[]) => string;
+  /**
+   * The text each generated id adds (a tokenizer's stream decoder: '' inside an unfinished
+   * character). Needed for `stop`; its pieces are also handed to `onToken`.
+   */
+  decoder?: { push(id: number): string };
   stop?: readonly string[];
+  /** Aborting ends this request (rejecting with the reason) and frees its KV blocks; no other request is touched. */
   signal?: AbortSignal;
-  onToken?: (id: number) => void;
+  /** Each generated id, with the text it added ('' without a decoder). */
+  onToken?: (id: number, text: string) => void;
 }
 
 export type FinishReason = 'length' | 'stop';
@@ -38,6 +45,11 @@ interface Active {
   reservation: KvReservation;
   history: number[];
   ids: number[];
+  /** Looks for stop sequences in the tail of the generated text only. */
+  stop: StopMatcher;
+  /** Set once the request has been resolved or rejected. */
+  done: boolean;
+  onAbort: () => void;
   /** The token to feed next (sampled, not yet in the cache). */
   pending?: number;
   t0: number;
@@ -58,6 +70,7 @@ export class BatchGenerator {
   private readonly decoding: Active[] = [];
   private running = false;
   private readonly maxBatch: number;
+  private kvWaiters = 0;
 
   constructor(
     readonly chain: StageChain,
@@ -78,26 +91,67 @@ export class BatchGenerator {
       );
     }
     const maxTokens = Math.min(p.maxTokens, context - p.promptIds.length);
+    if ((p.stop ?? []).some((x) => x.length > 0) && p.decoder === undefined) throw new Error('stop sequences need a decoder');
     // Reserve the request's whole length up front: it can then never run out mid-generation.
-    const reservation = await this.pool.reserve(p.promptIds.length + maxTokens, {
-      wait: this.opts.refuseWhenFull !== true,
-      ...(p.signal !== undefined ? { signal: p.signal } : {}),
-    });
+    // While it waits for blocks it is counted in waitingForKv; an abort takes it out of the pool's queue.
+    const tokens = p.promptIds.length + maxTokens;
+    let reservation = this.pool.tryReserve(tokens);
+    if (reservation === undefined) {
+      this.kvWaiters++;
+      try {
+        reservation = await this.pool.reserve(tokens, {
+          wait: this.opts.refuseWhenFull !== true,
+          ...(p.signal !== undefined ? { signal: p.signal } : {}),
+        });
+      } finally {
+        this.kvWaiters--;
+      }
+    }
+    if (p.signal?.aborted === true) {
+      this.pool.release(reservation);
+      throw p.signal.reason;
+    }
     return new Promise<GenerateResult>((resolve, reject) => {
-      this.fresh.push({
+      const a: Active = {
         p,
         maxTokens,
         caches: this.chain.newCaches(reservation.capacityTokens),
         reservation,
         history: [...p.promptIds],
         ids: [],
+        stop: new StopMatcher(p.stop ?? []),
+        done: false,
+        onAbort: () => this.abort(a),
         t0: performance.now(),
         ttftMs: 0,
         resolve,
         reject,
-      });
+      };
+      p.signal?.addEventListener('abort', a.onAbort, { once: true });
+      this.fresh.push(a);
       void this.run();
     });
+  }
+
+  /** Requests waiting for KV blocks (admitted requests being prefilled or decoded are not counted). */
+  get waitingForKv(): number {
+    return this.kvWaiters;
+  }
+
+  /**
+   * Ends an aborted request now when it waits in a queue. One inside the running step is ended as
+   * soon as the step returns (its caches are in use until then), without sampling its logits.
+   */
+  private abort(a: Active): void {
+    if (a.done) return;
+    for (const queue of [this.fresh, this.decoding]) {
+      const i = queue.indexOf(a);
+      if (i >= 0) {
+        queue.splice(i, 1);
+        this.finish(a, a.p.signal?.reason);
+        return;
+      }
+    }
   }
 
   private async run(): Promise<void> {
@@ -107,12 +161,12 @@ export class BatchGenerator {
       while (this.fresh.length > 0 || this.decoding.length > 0) {
         const next = this.fresh.shift();
         // Prefill one request ([1, promptLength] tokens), or decode one token for each of up to
-        // maxBatch requests in one forward pass.
+        // maxBatch requests in one forward pass. Aborted requests leave the queues when they abort,
+        // so the batch holds live requests only.
         const batch = next !== undefined ? [next] : this.decoding.splice(0, this.maxBatch);
         const rows = batch.map((a) => ({ tokens: a.pending !== undefined ? [a.pending] : a.p.promptIds, caches: a.caches }));
         let logits: Float32Array[];
         try {
-          for (const a of batch) a.p.signal?.throwIfAborted();
           logits = await this.chain.step(rows);
         } catch (err) {
           // A failed step ends the requests of that step, and only those.
@@ -120,6 +174,7 @@ export class BatchGenerator {
           continue;
         }
         batch.forEach((a, i) => {
+          if (a.p.signal?.aborted === true) return this.finish(a, a.p.signal.reason);
           try {
             this.accept(a, logits[i]!);
           } catch (err) {
@@ -139,18 +194,18 @@ export class BatchGenerator {
     if (a.p.isEndOfGeneration(id)) return this.finish(a, 'stop');
     a.ids.push(id);
     a.history.push(id);
-    a.p.onToken?.(id);
-    const stop = a.p.stop ?? [];
-    if (stop.length > 0 && a.p.textOf !== undefined) {
-      const text = a.p.textOf(a.ids);
-      if (stop.some((s) => s.length > 0 && text.includes(s))) return this.finish(a, 'stop');
-    }
+    const piece = a.p.decoder?.push(id) ?? '';
+    a.p.onToken?.(id, piece);
+    if (a.stop.push(piece)) return this.finish(a, 'stop');
     if (a.ids.length >= a.maxTokens) return this.finish(a, 'length');
     a.pending = id;
     this.decoding.push(a);
   }
 
   private finish(a: Active, outcome: FinishReason | unknown): void {
+    if (a.done) return;
+    a.done = true;
+    a.p.signal?.removeEventListener('abort', a.onAbort);
     this.pool.release(a.reservation);
     if (outcome === 'stop' || outcome === 'length') {
       a.resolve({ ids: a.ids, finishReason: outcome, ttftMs: a.ttftMs, decodeMs: performance.now() - a.t0 - a.ttftMs });

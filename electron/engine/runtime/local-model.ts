@@ -2,7 +2,6 @@
 // (one per --split range). Used by `kiwi generate` and the benchmarks.
 import { openGguf } from '../model/gguf/gguf-reader.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
-import { chatTemplateForModel, chatTokensOf } from '../model/chat-template.js';
 import { createTokenizer } from '../model/tokenizer/tokenizer.js';
 import type { Tokenizer } from '../model/tokenizer/tokenizer.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
@@ -31,10 +30,4 @@ export async function openLocalModel(path: string, opts: LocalModelOptions = {})
   const tokenizer = createTokenizer(file.metadata);
   const chain = await buildStageChain(file, shape, opts.split ?? [{ start: 0, end: shape.blockCount }], opts);
   return { file, shape, tokenizer, chain, dispose: () => chain.dispose() };
-}
-
-/** Renders one user message with the model's chat template (or Kiwi's fallback for models without one). */
-export function renderChatPrompt(model: Pick<LocalModel, 'file' | 'tokenizer'>, userText: string): string {
-  const template = chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer));
-  return template.render([{ role: 'user', content: userText }]);
 }

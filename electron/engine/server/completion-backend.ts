@@ -41,6 +41,8 @@ export interface CompletionBackend {
   /** Positions one request may use (prompt + completion). */
   readonly contextTokens: number;
   status(): BackendStatus;
+  /** Requests started with generate() that still wait for admission (KV blocks) and do not run yet. */
+  waitingForAdmission?(): number;
   /** Tokenizes (rendering chat messages with the model's template); throws KiwiError on bad input. */
   prepare(prompt: PromptInput): PreparedPrompt;
   /**

@@ -3,14 +3,13 @@
 // knows the runtime's API; the ring pipeline will be another CompletionBackend.
 import { basename } from 'node:path';
 import { KiwiError } from '../errors.js';
-import { chatTemplateForModel, chatTokensOf } from '../model/chat-template.js';
+import { chatTemplateForModel, chatTokensOf, encodeChatPrompt } from '../model/chat-template.js';
 import type { ChatTemplate } from '../model/chat-template.js';
 import { BatchGenerator } from '../runtime/generation.js';
 import { KvBlockPool } from '../runtime/kv-pool.js';
 import { openLocalModel } from '../runtime/local-model.js';
 import type { LocalModel, LocalModelOptions } from '../runtime/local-model.js';
 import { Sampler } from '../runtime/sampling.js';
-import type { SamplingOptions } from '../runtime/sampling.js';
 import { attentionHeadDim } from '../runtime/stage-graph.js';
 import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
 
@@ -31,25 +30,6 @@ interface Loaded {
   template: ChatTemplate;
   pool: KvBlockPool;
   generator: BatchGenerator;
-}
-
-/**
- * A sampler that ends its request when the request is cancelled. The runtime's own `signal` check
- * fails the whole decode batch it runs in (generation.ts), so after prefill cancellation is raised
- * here, inside the per-request sampling step, where a failure ends only that request.
- */
-class CancellableSampler extends Sampler {
-  constructor(
-    options: SamplingOptions,
-    private readonly beforeSample: () => void,
-  ) {
-    super(options);
-  }
-
-  override sample(logits: Float32Array, history: readonly number[]): number {
-    this.beforeSample();
-    return super.sample(logits, history);
-  }
 }
 
 export class LocalBackend implements CompletionBackend {
@@ -118,9 +98,15 @@ export class LocalBackend implements CompletionBackend {
     return this.ready().pool;
   }
 
-  /** Generations so far by how they ended, and how many run now. */
-  stats(): { running: number; completed: number; cancelled: number; failed: number } {
-    return { running: this.running.size, ...this.counts };
+  /** Requests that wait for KV blocks before they can be prefilled. */
+  waitingForAdmission(): number {
+    return this.loaded?.generator.waitingForKv ?? 0;
+  }
+
+  /** Generations so far by how they ended; how many run now and how many wait for KV blocks. */
+  stats(): { running: number; waiting: number; completed: number; cancelled: number; failed: number } {
+    const waiting = this.waitingForAdmission();
+    return { running: this.running.size - waiting, waiting, ...this.counts };
   }
 
   /** Where the chat template came from: the model's metadata or a fallback. */
@@ -136,10 +122,11 @@ export class LocalBackend implements CompletionBackend {
     switch (prompt.kind) {
       case 'chat': {
         // OpenAI's newer 'developer' role is the 'system' role of chat templates.
-        text = template.render(prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content })));
-        // The template writes special tokens as text; BOS is added unless it wrote one itself.
-        ids = tok.encode(text, { parseSpecial: true, addBos: false });
-        if (tok.addBos && tok.bosId !== undefined && ids[0] !== tok.bosId) ids.unshift(tok.bosId);
+        ({ text, ids } = encodeChatPrompt(
+          tok,
+          template,
+          prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content })),
+        ));
         break;
       }
       case 'text':
@@ -163,16 +150,11 @@ export class LocalBackend implements CompletionBackend {
   async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
     const { model, generator } = this.ready();
     const tok = model.tokenizer;
+    // The runtime ends a cancelled request alone, in whatever state it is (waiting for KV blocks,
+    // queued, prefilling or decoding in a batch), and frees its blocks.
     const cancel = new AbortController();
-    // Until its first token is sampled a request is only waiting (KV admission, prefill queue, its
-    // own prefill step): the runtime's signal may end it there without touching other requests.
-    const admission = new AbortController();
-    let started = false;
     let ended = false;
-    const stop = (reason: unknown): void => {
-      cancel.abort(reason);
-      if (!started) admission.abort(reason);
-    };
+    const stop = (reason: unknown): void => cancel.abort(reason);
     const onAbort = (): void => stop(signal.reason);
     if (signal.aborted) onAbort();
     else signal.addEventListener('abort', onAbort, { once: true });
@@ -185,24 +167,18 @@ export class LocalBackend implements CompletionBackend {
       wake = undefined;
     };
     const decoder = tok.createStreamDecoder();
-    let text = '';
     const done = generator
       .generate({
         promptIds: request.promptIds,
         maxTokens: request.maxTokens,
-        sampler: new CancellableSampler(request.sampling, () => {
-          started = true;
-          cancel.signal.throwIfAborted();
-        }),
+        sampler: new Sampler(request.sampling),
         isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
-        // Called right after onToken for the same ids: the streamed text so far.
-        textOf: () => text,
+        // The streamed pieces (token_to_piece, as llama.cpp's server sends them); stop sequences are looked for in them.
+        decoder,
         stop: request.stop,
-        signal: admission.signal,
-        onToken: (id) => {
-          const piece = decoder.push(id);
-          text += piece;
-          events.push({ type: 'token', id, text: piece });
+        signal: cancel.signal,
+        onToken: (id, text) => {
+          events.push({ type: 'token', id, text });
           notify();
         },
       })
@@ -213,7 +189,7 @@ export class LocalBackend implements CompletionBackend {
           notify();
         },
         (error: unknown) => {
-          if (cancel.signal.aborted || admission.signal.aborted) this.counts.cancelled++;
+          if (cancel.signal.aborted) this.counts.cancelled++;
           else this.counts.failed++;
           failure = { error };
           notify();

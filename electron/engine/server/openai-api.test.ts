@@ -311,6 +311,33 @@ describe('queue and cancellation', () => {
     expect(target.queue.active).toBe(0);
   });
 
+  test('GET /health counts a request that holds a slot but waits for KV blocks as waiting, not running', async () => {
+    // A budget of one byte: the pool holds exactly one context, so the second request must wait for blocks.
+    const small = await LocalBackend.open(await testModelPath('stories260K.gguf'), { threads: 1, kvBudgetBytes: 1 });
+    try {
+      const target = createOpenAiApi({ backend: small, maxActive: 4 });
+      const health = async () => (await jsonCall(target, 'GET', '/health')).json;
+      expect(await health()).toEqual({ status: 'serving', running: 0, waiting: 0 });
+      const controller = new AbortController();
+      const first = await target.handle(request('POST', '/v1/completions', { prompt: 'Once', max_tokens: 2000, stream: true }, { signal: controller.signal }));
+      if (!('stream' in first)) throw new Error('expected a stream');
+      const it = first.stream[Symbol.asyncIterator]();
+      await it.next();
+      await it.next();
+      const second = target.handle(request('POST', '/v1/completions', { prompt: 'Once', max_tokens: 100 }));
+      await eventually(() => small.waitingForAdmission() === 1, 'the second request waits for KV blocks');
+      expect(target.queue.active).toBe(2);
+      expect(await health()).toEqual({ status: 'serving', running: 1, waiting: 1 });
+      expect(small.stats()).toMatchObject({ running: 1, waiting: 1 });
+      controller.abort();
+      for (let n = await it.next(); n.done !== true; n = await it.next());
+      expect((await second).status).toBe(200);
+      expect(await health()).toEqual({ status: 'serving', running: 0, waiting: 0 });
+    } finally {
+      await small.close();
+    }
+  });
+
   test('a request cancelled while waiting for a slot leaves the queue', async () => {
     const busy = createOpenAiApi({ backend, maxActive: 1, maxQueue: 4 });
     const first = await busy.handle(request('POST', '/v1/completions', { prompt: 'Once', max_tokens: 4, stream: true }));

@@ -69,7 +69,7 @@ const ROUTES: readonly Route[] = [
 export function createOpenAiApi(opts: OpenAiApiOptions): OpenAiApi {
   const { backend } = opts;
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
-  const queue = new RequestQueue(opts.maxActive ?? 8, opts.maxQueue ?? 64);
+  const queue = new RequestQueue(opts.maxActive ?? 8, opts.maxQueue ?? 64, () => backend.waitingForAdmission?.() ?? 0);
   const keyDigest = opts.apiKey !== undefined ? sha256(opts.apiKey) : undefined;
 
   function json(status: number, value: unknown, headers: Record<string, string> = {}): ApiResponse {
@@ -119,7 +119,7 @@ export function createOpenAiApi(opts: OpenAiApiOptions): OpenAiApi {
       }
       if (req.path === '/health') {
         const status = backend.status();
-        return json(status === 'serving' ? 200 : 503, { status });
+        return json(status === 'serving' ? 200 : 503, { status, ...queue.load() });
       }
       checkAuth(req);
       if (req.path === '/v1/models') {

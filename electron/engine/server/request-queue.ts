@@ -1,5 +1,6 @@
 // Admission of API requests: at most `maxActive` generations run at once and at most `maxWaiting`
-// wait for a slot (FIFO); one more is refused at once (HTTP 429) instead of piling up.
+// wait for a slot (FIFO); one more is refused at once (HTTP 429) instead of piling up. A slot's
+// holder may itself still wait inside the backend (for KV blocks): `load()` counts it as waiting.
 import { KiwiError } from '../errors.js';
 
 interface Waiter {
@@ -13,6 +14,8 @@ export class RequestQueue {
   constructor(
     readonly maxActive: number,
     readonly maxWaiting: number,
+    /** How many slot holders still wait inside the backend (for KV admission) rather than run. */
+    private readonly waitingInBackend: () => number = () => 0,
   ) {
     if (!Number.isInteger(maxActive) || maxActive < 1) throw new Error(`maxActive must be a positive integer, got ${maxActive}`);
     if (!Number.isInteger(maxWaiting) || maxWaiting < 0) throw new Error(`maxWaiting must be a non-negative integer, got ${maxWaiting}`);
@@ -24,6 +27,12 @@ export class RequestQueue {
 
   get waiting(): number {
     return this.waiters.length;
+  }
+
+  /** Requests generating now, and requests waiting (for a slot, or with a slot for the backend's admission). */
+  load(): { running: number; waiting: number } {
+    const inBackend = Math.min(this.activeCount, this.waitingInBackend());
+    return { running: this.activeCount - inBackend, waiting: this.waiters.length + inBackend };
   }
 
   /** Resolves with the slot's release function; rejects with API_QUEUE_FULL, or the abort reason of `signal`. */

@@ -1,0 +1,61 @@
+// The per-block probe: it takes a model's block shape and main weight type from the GGUF, and
+// times a real one-block stage of that shape.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { openGguf } from '../model/gguf/gguf-reader.js';
+import { GgmlType } from '../model/gguf/gguf-types.js';
+import { synthesizeModel } from '../model/synth/synth.js';
+import { testModelPath } from '../model/test-models.js';
+import { blockProbeKey, blockShapeOf, measureBlock } from './block-probe.js';
+
+let dir: string;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kiwi-block-probe-test-'));
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('block probe', () => {
+  test('reads the block shape and weight type of a model (stories260K: f32)', async () => {
+    const shape = blockShapeOf(await openGguf(await testModelPath('stories260K.gguf')));
+    expect(shape).toEqual({ architecture: 'llama', hidden: 64, feedForward: 172, heads: 8, kvHeads: 4, headDim: 8, qkvBias: false, qkNorm: false, quant: 'f32' });
+    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu');
+  });
+
+  test('times a q4_0 qwen2 block (with qkv bias) of a synthetic model and reports the median of its runs', async () => {
+    const path = join(dir, 'qwen2-q4_0.gguf');
+    await synthesizeModel({
+      shape: {
+        name: 'tiny-qwen2',
+        architecture: 'qwen2',
+        blockCount: 2,
+        embeddingLength: 256,
+        headCount: 4,
+        headCountKv: 2,
+        feedForwardLength: 512,
+        vocabSize: 512,
+        contextLength: 256,
+        rmsEps: 1e-6,
+        ropeFreqBase: 1e6,
+        tiedEmbeddings: true,
+        qkvBias: true,
+        qkNorm: false,
+      },
+      quant: GgmlType.Q4_0,
+      out: path,
+    });
+    const shape = blockShapeOf(await openGguf(path));
+    expect(shape).toMatchObject({ architecture: 'qwen2', hidden: 256, quant: 'q4_0', qkvBias: true });
+    const progress: string[] = [];
+    const r = await measureBlock(shape, { threads: 1, runs: 5, warmupRuns: 1, onProgress: (m) => progress.push(m) });
+    expect(r.runs).toBe(5);
+    expect(r.samplesMs).toHaveLength(5);
+    expect(r.provider).toBe('cpu');
+    const sorted = [...r.samplesMs].sort((a, b) => a - b);
+    expect(r.blockMs).toBe(sorted[2]);
+    expect(progress).toContain(`block run 5/5: ${r.samplesMs[4]!.toFixed(2)} ms`);
+  });
+});

@@ -1,0 +1,365 @@
+// What the control API drives: the `ControlSource` interface (status snapshots, device card,
+// host / join / leave / pause / approve) and `SessionControl`, its implementation over the session
+// layer. It adapts a HostSession (createHost) or a MemberSession (joinSession) into the wire
+// snapshots of common/control-api.ts and announces every change; at most one session at a time.
+// The pipeline (issue 6) plugs plan, assignment and timing in through `HostedSession.plan` and
+// `SessionControlOptions.assignment` without this file knowing how the ring runs.
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import type { ControlEvent, DeviceCard, DeviceSummary, HostRequest, JoinRequest, LinkWire, MemberWire, PlanWire, SessionStatus } from '../../../common/control-api.js';
+import type { DeviceBenchJson } from '../device/device-bench.js';
+import { isKiwiError, KiwiError } from '../errors.js';
+import type { HostSession } from '../session/host.js';
+import { findOnLan } from '../session/lan-beacon.js';
+import type { Capabilities } from '../session/membership.js';
+import { MemberSession, type JoinOptions } from '../session/member.js';
+import { parseSessionCode } from '../session/session-code.js';
+
+export interface ControlSource {
+  status(): SessionStatus;
+  device(): DeviceCard;
+  /** Starts the device benchmark (no-op while one runs); progress arrives as events. */
+  bench(refresh: boolean): void;
+  host(req: HostRequest): Promise<void>;
+  join(req: JoinRequest): Promise<void>;
+  leave(): Promise<void>;
+  pause(paused: boolean): Promise<void>;
+  decide(memberId: string, approve: boolean): void;
+  /** Every change as a full snapshot; returns the unsubscribe function. */
+  subscribe(listener: (event: ControlEvent) => void): () => void;
+}
+
+type WireError = { code: string; message: string };
+
+/** A hosted session as the control API sees it: the session, what it serves, its plan. */
+export interface HostedSession {
+  session: HostSession;
+  model: string;
+  serving: { url: string; model: string } | null;
+  /** The ring's plan, or why there is none; absent until the pipeline provides it. */
+  plan?: () => { plan: PlanWire | null; error: WireError | null };
+  close(): Promise<void>;
+}
+
+export type StartHosting = (req: HostRequest) => Promise<HostedSession>;
+export type RunBench = (onProgress: (message: string) => void, signal: AbortSignal) => Promise<DeviceBenchJson>;
+
+export interface SessionControlOptions {
+  /** How this machine hosts (createHost + serving); without it hosting is refused. */
+  startHosting?: StartHosting;
+  runBench?: RunBench;
+  /** Defaults for joining: name, direct-link listener, heartbeat. */
+  join?: Partial<Pick<JoinOptions, 'listenHost' | 'heartbeatMs' | 'reconnectDelayMs'>> & { name?: string };
+  /** Where to listen for a host's LAN announcement when a join names no rendezvous. */
+  lan?: { port?: number; timeoutMs?: number };
+  /** This member's assignment and stage timing, once the pipeline has one. */
+  assignment?: () => SessionStatus['assignment'];
+  /** Coalesces bursts of changes into one snapshot (ms). */
+  coalesceMs?: number;
+}
+
+interface Joined {
+  member: MemberSession | undefined;
+  req: JoinRequest & { rendezvous: string };
+  memberId: string | undefined;
+  phase: SessionStatus['phase'];
+}
+
+const IDLE_DEVICE: DeviceCard = { state: 'idle', progress: null, fraction: null, summary: null, error: null };
+
+export class SessionControl implements ControlSource {
+  private readonly events = new EventEmitter<{ event: [ControlEvent] }>();
+  private hosted: HostedSession | undefined;
+  private joined: Joined | undefined;
+  private lastError: WireError | null = null;
+  private deviceCard: DeviceCard = IDLE_DEVICE;
+  private benchResult: DeviceBenchJson | undefined;
+  private benchAbort: AbortController | undefined;
+  private statusTimer: NodeJS.Timeout | undefined;
+  private busy = false;
+  private closed = false;
+
+  constructor(private readonly opts: SessionControlOptions = {}) {}
+
+  subscribe(listener: (event: ControlEvent) => void): () => void {
+    this.events.on('event', listener);
+    return () => this.events.off('event', listener);
+  }
+
+  device(): DeviceCard {
+    return this.deviceCard;
+  }
+
+  bench(refresh: boolean): void {
+    if (this.deviceCard.state === 'running') return;
+    const run = this.opts.runBench;
+    if (run === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'This Kiwi has no device benchmark configured.');
+    if (!refresh && this.deviceCard.state === 'done') return;
+    const abort = new AbortController();
+    this.benchAbort = abort;
+    this.setDevice({ state: 'running', progress: 'starting', fraction: null, summary: this.deviceCard.summary, error: null });
+    run((message) => this.setDevice({ ...this.deviceCard, progress: message, fraction: progressFraction(message) ?? this.deviceCard.fraction }), abort.signal).then(
+      (result) => {
+        this.benchResult = result;
+        this.setDevice({ state: 'done', progress: null, fraction: 1, summary: deviceSummary(result), error: null });
+      },
+      (err: unknown) => {
+        if (abort.signal.aborted) return;
+        // A bug in the benchmark is still shown to the user rather than lost.
+        const e = isKiwiError(err) ? { code: err.code, message: err.message } : { code: 'BENCH_FAILED', message: `The device benchmark failed: ${(err as Error)?.message ?? String(err)}` };
+        this.setDevice({ state: 'failed', progress: null, fraction: null, summary: null, error: e });
+      },
+    );
+  }
+
+  status(): SessionStatus {
+    const base: SessionStatus = {
+      role: 'none', phase: 'idle', paused: false, code: null, rendezvous: null, self_peer: null, model: null,
+      members: [], ring: [], links: [], plan: null, plan_error: null, assignment: null, serving: null, error: this.lastError,
+    };
+    if (this.hosted !== undefined) {
+      const s = this.hosted.session.status();
+      const plan = this.hosted.plan?.() ?? { plan: null, error: null };
+      return {
+        ...base, role: 'host', phase: 'active', code: s.code, rendezvous: s.rendezvousUrl, self_peer: 0, model: this.hosted.model,
+        members: s.members.map((m): MemberWire => ({
+          member_id: m.memberId, name: m.name, peer: m.peer, state: m.state, connected: m.connected, addresses: [...m.addresses],
+          ...capabilityFigures(m.capabilities),
+        })),
+        ring: s.ring,
+        links: s.links.map((l): LinkWire => ({ a: l.a, b: l.b, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
+        plan: plan.plan, plan_error: plan.error, serving: this.hosted.serving,
+      };
+    }
+    if (this.joined !== undefined) {
+      const j = this.joined;
+      const self = j.member?.peer ?? null;
+      return {
+        ...base, role: 'member', phase: j.phase, paused: j.phase === 'paused', code: j.req.code, rendezvous: j.req.rendezvous === '' ? null : j.req.rendezvous, self_peer: self,
+        links: self === null ? [] : (j.member?.linkStatuses() ?? []).map((l): LinkWire => ({ a: self, b: l.peer, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
+        assignment: j.phase === 'active' ? (this.opts.assignment?.() ?? null) : null,
+      };
+    }
+    return base;
+  }
+
+  /** Shows an already running host (`kiwi host --ui-port`) instead of starting one. */
+  attachHost(hosted: HostedSession): void {
+    if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
+    this.hosted = hosted;
+    const s = hosted.session;
+    s.on('change', () => this.changed());
+    s.on('link', () => this.changed());
+    s.on('closed', (reason) => {
+      if (this.hosted !== hosted) return;
+      this.hosted = undefined;
+      this.lastError = { code: 'SESSION_ENDED', message: `The session ended: ${reason}.` };
+      this.changed();
+    });
+    this.lastError = null;
+    this.changed();
+  }
+
+  async host(req: HostRequest): Promise<void> {
+    const start = this.opts.startHosting;
+    if (start === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'This Kiwi cannot host (it was started without a way to serve a model).');
+    await this.exclusive(async () => {
+      let hosted: HostedSession;
+      try {
+        hosted = await start(req);
+      } catch (err) {
+        this.fail(err);
+        throw err;
+      }
+      this.attachHost(hosted);
+    });
+  }
+
+  async join(req: JoinRequest): Promise<void> {
+    await this.exclusive(async () => {
+      if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
+      this.lastError = null;
+      const joined: Joined = { member: undefined, req: { ...req, rendezvous: req.rendezvous ?? '' }, memberId: undefined, phase: 'connecting' };
+      this.joined = joined;
+      this.changed();
+      try {
+        if (req.rendezvous === undefined) {
+          // Found once, then kept: a resume after a pause goes straight to the same rendezvous.
+          const found = await findOnLan(parseSessionCode(req.code).nameplate, this.opts.lan ?? {});
+          joined.req = { ...req, rendezvous: found[0] as string };
+        }
+        await this.connectMember(joined);
+      } catch (err) {
+        if (this.joined === joined) this.joined = undefined;
+        this.fail(err);
+        throw err;
+      }
+    });
+  }
+
+  async leave(): Promise<void> {
+    const hosted = this.hosted;
+    const joined = this.joined;
+    this.hosted = undefined;
+    this.joined = undefined;
+    this.lastError = null;
+    if (hosted !== undefined) await hosted.close();
+    if (joined?.member !== undefined) await joined.member.leave();
+    this.changed();
+  }
+
+  /**
+   * Pausing a member leaves the ring gracefully (the host re-plans without it) but keeps its
+   * identity and code; resuming rejoins as the same member, which the host admits without asking.
+   */
+  async pause(paused: boolean): Promise<void> {
+    await this.exclusive(async () => {
+      const j = this.joined;
+      if (j === undefined) {
+        throw new KiwiError('CONTROL_BUSY', this.hosted !== undefined ? 'The host cannot pause: it serves the model. Use Leave to end the session.' : 'Join a session before pausing.');
+      }
+      if (paused === (j.phase === 'paused')) return;
+      if (paused) {
+        const m = j.member;
+        j.member = undefined;
+        j.phase = 'paused';
+        await m?.leave();
+        this.changed();
+        return;
+      }
+      j.phase = 'connecting';
+      this.changed();
+      try {
+        await this.connectMember(j);
+      } catch (err) {
+        j.phase = 'paused';
+        this.fail(err);
+        throw err;
+      }
+    });
+  }
+
+  decide(memberId: string, approve: boolean): void {
+    if (this.hosted === undefined) throw new KiwiError('CONTROL_BUSY', 'Only the host approves members, and this Kiwi is not hosting.');
+    const m = this.hosted.session.status().members.find((x) => x.memberId === memberId);
+    if (m === undefined) throw new KiwiError('CONTROL_NOT_FOUND', `No member ${memberId} in this session.`);
+    this.hosted.session.decide(memberId, approve);
+    this.changed();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.benchAbort?.abort();
+    clearTimeout(this.statusTimer);
+    await this.leave();
+    clearTimeout(this.statusTimer);
+    this.events.removeAllListeners();
+  }
+
+  private async connectMember(j: Joined): Promise<void> {
+    const o = this.opts.join ?? {};
+    const capabilities: Capabilities | undefined = this.benchResult !== undefined ? { ...this.benchResult } : undefined;
+    const member = new MemberSession({
+      code: j.req.code,
+      rendezvousUrl: j.req.rendezvous,
+      name: j.req.name ?? o.name ?? hostname().slice(0, 64),
+      ...(j.memberId !== undefined ? { memberId: j.memberId } : {}),
+      ...(capabilities !== undefined ? { capabilities } : {}),
+      ...(o.listenHost !== undefined ? { listenHost: o.listenHost } : {}),
+      ...(o.heartbeatMs !== undefined ? { heartbeatMs: o.heartbeatMs } : {}),
+      ...(o.reconnectDelayMs !== undefined ? { reconnectDelayMs: o.reconnectDelayMs } : {}),
+    });
+    const current = (): boolean => this.joined === j && j.member === member;
+    member.on('joined', (info) => {
+      if (!current()) return;
+      j.phase = info.state === 'active' ? 'active' : 'pending';
+      this.changed();
+    });
+    member.on('approved', () => {
+      if (!current()) return;
+      j.phase = 'active';
+      this.changed();
+    });
+    member.on('disconnected', () => {
+      if (!current()) return;
+      j.phase = 'reconnecting';
+      this.changed();
+    });
+    member.on('link', () => {
+      if (current()) this.changed();
+    });
+    member.on('fatal', (err) => {
+      if (!current()) return;
+      j.phase = 'ended';
+      this.lastError = { code: err.code, message: err.message };
+      this.changed();
+    });
+    j.member = member;
+    j.memberId = member.memberId;
+    await member.connect();
+  }
+
+  /** One session action at a time: a second click while joining is refused, not queued. */
+  private async exclusive(action: () => Promise<void>): Promise<void> {
+    if (this.busy) throw new KiwiError('CONTROL_BUSY', 'Another session action is still running; wait for it to finish.');
+    this.busy = true;
+    try {
+      await action();
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private fail(err: unknown): void {
+    if (isKiwiError(err)) this.lastError = { code: err.code, message: err.message };
+    this.changed();
+  }
+
+  private setDevice(card: DeviceCard): void {
+    this.deviceCard = card;
+    if (!this.closed) this.events.emit('event', { type: 'device', device: card });
+  }
+
+  /** Coalesces bursts (a ring re-forming emits many link events) into one snapshot. */
+  private changed(): void {
+    if (this.closed || this.statusTimer !== undefined) return;
+    this.statusTimer = setTimeout(() => {
+      this.statusTimer = undefined;
+      if (!this.closed) this.events.emit('event', { type: 'status', status: this.status() });
+    }, this.opts.coalesceMs ?? 30);
+  }
+}
+
+/** "memory bandwidth: round 3/8: ..." → 3/8 of the bandwidth part. */
+export function progressFraction(message: string): number | null {
+  const m = /round (\d+)\/(\d+)/.exec(message);
+  if (m === null) return null;
+  const total = Number(m[2]);
+  return total > 0 ? Math.min(1, Number(m[1]) / total) : null;
+}
+
+export function deviceSummary(r: DeviceBenchJson): DeviceSummary {
+  return {
+    hostname: r.host.hostname,
+    platform: `${r.host.platform} ${r.host.arch}`,
+    cpu: r.cpu.model,
+    cores: r.cpu.cores,
+    memory_total_bytes: r.memory.total_bytes,
+    memory_available_bytes: r.memory.available_bytes,
+    gpus: r.gpus.map((g) => ({ name: g.name, vendor: g.vendor, vram_total_bytes: g.vram_total_bytes, vram_free_bytes: g.vram_free_bytes })),
+    providers: r.execution_providers.filter((p) => p.works).map((p) => p.name),
+    host_bandwidth_gbps: r.bandwidth.host_gbps,
+    provider_bandwidth: r.bandwidth.providers.map((p) => ({ provider: p.provider, gbps: p.gbps })),
+    measured_at: r.measured_at,
+    cached: r.cached,
+  };
+}
+
+/** Memory and bandwidth from a member's reported benchmark (untrusted shape: read defensively). */
+function capabilityFigures(c: Capabilities | undefined): Pick<MemberWire, 'memory_bytes' | 'bandwidth_gbps'> {
+  const fleet = c?.fleet_device;
+  const f = typeof fleet === 'object' && fleet !== null ? (fleet as Record<string, unknown>) : {};
+  const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+  return { memory_bytes: num(f.memory_bytes), bandwidth_gbps: num(f.bandwidth_gbps) };
+}

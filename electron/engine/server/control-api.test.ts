@@ -1,0 +1,231 @@
+// The control API over real sockets: auth, validation, the static UI, SSE snapshots, and a host and
+// a member (two SessionControls on loopback) going through join, approve, pause and resume.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DeviceCard, SessionStatus, type ControlEvent } from '../../../common/control-api.js';
+import { runDeviceBench } from '../device/device-bench.js';
+import { createHost } from '../session/host.js';
+import { startControlApi, type ControlApi } from './control-api.js';
+import { localHosting } from './control-api-hosting.js';
+import { SessionControl, type StartHosting } from './control-api-source.js';
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+/** Hosting without serving: the session alone (the serving half has its own tests). */
+const sessionOnly: StartHosting = async (req) => {
+  const session = await createHost({ autoApprove: req.auto_approve ?? false, listenHost: '127.0.0.1', softEvictMs: 1500, hardEvictMs: 60_000 });
+  return { session, model: req.model, serving: null, close: () => session.close() };
+};
+
+async function start(control: SessionControl, staticDir: string | null = null): Promise<ControlApi> {
+  const api = await startControlApi({ source: control, staticDir });
+  cleanups.push(() => api.close(), () => control.close());
+  return api;
+}
+
+function call(api: ControlApi, method: string, path: string, body?: unknown, token = api.token): Promise<Response> {
+  return fetch(`${api.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+  });
+}
+
+async function status(api: ControlApi): Promise<SessionStatus> {
+  return SessionStatus.parse(await (await call(api, 'GET', '/status')).json());
+}
+
+async function until<T>(what: string, read: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const started = Date.now();
+  for (;;) {
+    const v = await read();
+    if (ok(v)) return v;
+    if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(v)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('control API', () => {
+  it('refuses requests without the token or with a wrong one', async () => {
+    const api = await start(new SessionControl());
+    const none = await fetch(`${api.url}/status`);
+    expect(none.status).toBe(401);
+    expect(((await none.json()) as { error: { code: string } }).error.code).toBe('CONTROL_UNAUTHORIZED');
+    expect((await call(api, 'GET', '/status', undefined, `${api.token}x`)).status).toBe(401);
+    expect((await call(api, 'GET', '/status', undefined, api.token.slice(1))).status).toBe(401);
+    const ok = await call(api, 'GET', '/status');
+    expect(ok.status).toBe(200);
+    expect(SessionStatus.parse(await ok.json()).role).toBe('none');
+  });
+
+  it('refuses malformed, invalid and oversized bodies with a code', async () => {
+    const api = await start(new SessionControl({ startHosting: sessionOnly }));
+    const bad = await call(api, 'POST', '/session/join', '{not json');
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe('CONTROL_BAD_REQUEST');
+    const invalid = await call(api, 'POST', '/session/decide', { member_id: 'x', approve: 'yes' });
+    expect(((await invalid.json()) as { error: { message: string } }).error.message).toMatch(/approve/);
+    const extra = await call(api, 'POST', '/session/host', { model: 'm.gguf', evil: true });
+    expect(extra.status).toBe(400);
+    const big = await call(api, 'POST', '/session/host', { model: 'x'.repeat(70_000) });
+    expect(big.status).toBe(413);
+    expect((await call(api, 'GET', '/session/host')).status).toBe(405);
+    expect((await call(api, 'GET', '/nothing')).status).toBe(404);
+  });
+
+  it('answers actions that do not fit the current state with 409 and a reason', async () => {
+    const api = await start(new SessionControl({ startHosting: sessionOnly }));
+    const pause = await call(api, 'POST', '/session/pause', { paused: true });
+    expect(pause.status).toBe(409);
+    expect(((await pause.json()) as { error: { message: string } }).error.message).toMatch(/Join a session/);
+    const decide = await call(api, 'POST', '/session/decide', { member_id: 'nobody', approve: true });
+    expect(decide.status).toBe(409);
+    const chat = await call(api, 'POST', '/chat', { messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.status).toBe(503);
+    expect(((await chat.json()) as { error: { code: string } }).error.code).toBe('CONTROL_NOT_SERVING');
+  });
+
+  it('serves the built UI without the token and nothing outside its folder', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kiwi-ui-'));
+    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    await writeFile(join(dir, 'index.html'), '<!doctype html><title>Kiwi</title>');
+    await writeFile(join(tmpdir(), 'kiwi-secret-outside.txt'), 'secret');
+    cleanups.push(() => rm(join(tmpdir(), 'kiwi-secret-outside.txt'), { force: true }));
+    const api = await start(new SessionControl(), dir);
+    const origin = api.url.replace(/\/api$/, '');
+    const index = await fetch(`${origin}/`);
+    expect(index.headers.get('content-type')).toMatch(/text\/html/);
+    expect(await index.text()).toContain('<title>Kiwi</title>');
+    expect(api.uiUrl).toBe(`${origin}/#token=${encodeURIComponent(api.token)}`);
+    expect((await fetch(`${origin}/%2e%2e/kiwi-secret-outside.txt`)).status).toBe(404);
+    expect((await fetch(`${origin}/..%2fkiwi-secret-outside.txt`)).status).toBe(404);
+    expect((await fetch(`${origin}/missing.js`)).status).toBe(404);
+  });
+
+  it('streams snapshots over SSE, starting with the current status and device card', async () => {
+    const control = new SessionControl({ startHosting: sessionOnly });
+    const api = await start(control);
+    const res = await call(api, 'GET', '/events');
+    expect(res.headers.get('content-type')).toMatch(/text\/event-stream/);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const seen: ControlEvent[] = [];
+    let buffer = '';
+    const next = async (match: (e: ControlEvent) => boolean): Promise<ControlEvent> => {
+      for (;;) {
+        const hit = seen.find(match);
+        if (hit !== undefined) return hit;
+        const { value, done } = await reader.read();
+        if (done) throw new Error('event stream ended');
+        buffer += new TextDecoder().decode(value);
+        let i: number;
+        while ((i = buffer.indexOf('\n\n')) >= 0) {
+          const data = buffer.slice(0, i).split('\n').find((l) => l.startsWith('data: '));
+          buffer = buffer.slice(i + 2);
+          if (data !== undefined) seen.push(JSON.parse(data.slice(6)) as ControlEvent);
+        }
+      }
+    };
+    const first = await next((e) => e.type === 'status');
+    expect(first.type === 'status' && first.status.role).toBe('none');
+    expect(await next((e) => e.type === 'device')).toEqual({ type: 'device', device: DeviceCard.parse({ state: 'idle', progress: null, fraction: null, summary: null, error: null }) });
+    expect((await call(api, 'POST', '/session/host', { model: 'tiny.gguf' })).status).toBe(200);
+    const hosting = await next((e) => e.type === 'status' && e.status.role === 'host');
+    expect(hosting.type === 'status' && hosting.status.code).toMatch(/^\d+-[a-z]+-[a-z]+-[a-z]+$/);
+    await reader.cancel();
+  });
+
+  it('takes a member through join, approval, pause and resume while the host watches', async () => {
+    const host = await start(new SessionControl({ startHosting: sessionOnly }));
+    const member = await start(new SessionControl({ join: { listenHost: '127.0.0.1', heartbeatMs: 200, name: 'alice' } }));
+    const hosting = SessionStatus.parse(await (await call(host, 'POST', '/session/host', { model: 'tiny.gguf' })).json());
+    expect(hosting).toMatchObject({ role: 'host', self_peer: 0, ring: [0], serving: null });
+
+    const joined = await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous });
+    expect(SessionStatus.parse(await joined.json())).toMatchObject({ role: 'member', phase: 'pending', code: hosting.code });
+    const pending = await until('a pending member', () => status(host), (s) => s.members.some((m) => m.state === 'pending'));
+    const alice = pending.members[0];
+    expect(alice).toMatchObject({ name: 'alice', state: 'pending', connected: true });
+
+    expect((await call(host, 'POST', '/session/decide', { member_id: alice?.member_id, approve: true })).status).toBe(200);
+    await until('the member active', () => status(member), (s) => s.phase === 'active');
+    const ring = await until('a direct ring link with an RTT', () => status(host), (s) => s.ring.length === 2 && s.links.some((l) => l.state === 'up' && l.rtt_ms !== null));
+    expect(ring.links[0]).toMatchObject({ a: 0, kind: 'direct' });
+
+    const paused = SessionStatus.parse(await (await call(member, 'POST', '/session/pause', { paused: true })).json());
+    expect(paused).toMatchObject({ phase: 'paused', paused: true });
+    await until('the member out of the ring', () => status(host), (s) => s.ring.length === 1 && s.members[0]?.state === 'left');
+    await call(member, 'POST', '/session/pause', { paused: false });
+    // The same identity rejoins without a second approval.
+    await until('the member back in the ring', () => status(host), (s) => s.ring.length === 2 && s.members.length === 1 && s.members[0]?.state === 'active');
+    expect((await status(member)).phase).toBe('active');
+
+    await call(member, 'POST', '/session/leave');
+    expect((await status(member)).role).toBe('none');
+    await call(host, 'POST', '/session/leave');
+    expect((await status(host)).role).toBe('none');
+  });
+
+  it('refuses to host a model file that does not exist, before any code is shown', async () => {
+    const api = await start(new SessionControl({ startHosting: localHosting({ api: { port: 0 } }) }));
+    const res = await call(api, 'POST', '/session/host', { model: join(tmpdir(), 'kiwi-no-such-model.gguf') });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'FILE_NOT_FOUND', message: expect.stringMatching(/GGUF/) });
+    expect(await status(api)).toMatchObject({ role: 'none', code: null, error: { code: 'FILE_NOT_FOUND' } });
+  });
+
+  it('finds the host\'s rendezvous from its LAN announcement when the join names none', async () => {
+    const port = 20_000 + Math.floor(Math.random() * 30_000);
+    const announcing: StartHosting = async (req) => {
+      const session = await createHost({ autoApprove: true, listenHost: '127.0.0.1', lanBeacon: { port, targets: ['127.0.0.1'], intervalMs: 50 } });
+      return { session, model: req.model, serving: null, close: () => session.close() };
+    };
+    const host = await start(new SessionControl({ startHosting: announcing }));
+    const member = await start(new SessionControl({ join: { name: 'carol' }, lan: { port, timeoutMs: 5000 } }));
+    await call(host, 'POST', '/session/host', { model: 'tiny.gguf' });
+    const hosting = await status(host);
+    const joined = SessionStatus.parse(await (await call(member, 'POST', '/session/join', { code: hosting.code })).json());
+    expect(joined).toMatchObject({ role: 'member', phase: 'active', rendezvous: hosting.rendezvous });
+  });
+
+  it('reports a wrong code as the member\'s error and returns to idle', async () => {
+    const host = await start(new SessionControl({ startHosting: sessionOnly }));
+    const member = await start(new SessionControl({ join: { name: 'mallory' } }));
+    await call(host, 'POST', '/session/host', { model: 'tiny.gguf' });
+    const hosting = await status(host);
+    // Same nameplate, one word different: a well-formed code that fails the PAKE.
+    const words = (hosting.code as string).split('-');
+    const wrong = [...words.slice(0, -1), words.at(-1) === 'kiwi' ? 'orbit' : 'kiwi'].join('-');
+    const res = await call(member, 'POST', '/session/join', { code: wrong, rendezvous: hosting.rendezvous });
+    expect(res.status).toBe(400);
+    const after = await status(member);
+    expect(after.role).toBe('none');
+    expect(after.error?.code).toMatch(/PAKE|SESSION_CODE_INVALID/);
+  });
+
+  it('runs the device benchmark and shows its progress, then the card', async () => {
+    const cacheDir = await mkdtemp(join(tmpdir(), 'kiwi-bench-'));
+    cleanups.push(() => rm(cacheDir, { recursive: true, force: true }));
+    const progress: string[] = [];
+    const control = new SessionControl({
+      runBench: (onProgress, signal) => runDeviceBench({ cacheDir, onProgress, signal, bandwidth: { method: 'js', threads: 1, bytesPerThread: 4 * 1024 * 1024, rounds: 2, passesPerRound: 1 } }),
+    });
+    control.subscribe((e) => {
+      if (e.type === 'device' && e.device.progress !== null) progress.push(e.device.progress);
+    });
+    const api = await start(control);
+    const started = DeviceCard.parse(await (await call(api, 'POST', '/device/bench', {})).json());
+    expect(started.state).toBe('running');
+    const done = await until('the device card', async () => DeviceCard.parse(await (await call(api, 'GET', '/device')).json()), (d) => d.state !== 'running', 60_000);
+    expect(done.error).toBeNull();
+    expect(done.summary?.cores).toBeGreaterThan(0);
+    expect(done.summary?.memory_total_bytes).toBeGreaterThan(0);
+    expect(done.summary?.providers).toContain('cpu');
+    expect(done.summary?.host_bandwidth_gbps).toBeGreaterThan(0);
+    expect(progress.some((p) => /memory bandwidth: round 1\/2/.test(p))).toBe(true);
+  }, 90_000);
+});
