@@ -4,6 +4,27 @@ import tseslint from 'typescript-eslint';
 
 const electronShellFiles = ['electron/main.ts', 'electron/preload.ts', 'electron/tray.ts', 'electron/window.ts'];
 
+/** The import rule for engine code that must not reach the layers named in `above`. */
+function engineImportRule(above) {
+  return {
+    paths: [{ name: 'electron', message: 'electron/engine must run headless: only electron/{main,preload,tray,window}.ts import electron.' }],
+    patterns: [
+      { group: ['**/renderer/**', 'react', 'react-dom', '@tanstack/*'], message: 'The engine never imports the renderer or UI libraries.' },
+      { regex: '^(\\.\\./)+(commands/|(cli|kiwi|main|preload|tray|window|ipc-channels)\\.js$)', message: 'The engine does not import the CLI or the Electron shell.' },
+      ...(above.length > 0
+        ? [{ regex: `^(\\.\\./)+(${above.join('|')})/`, message: `A lower engine layer does not import a higher one (${above.join(', ')}); see ARCHITECTURE.md.` }]
+        : []),
+    ],
+  };
+}
+
+function engineLayers(layers) {
+  return layers.map(({ dirs, mayNotImport }) => ({
+    files: dirs.map((d) => `electron/engine/${d}/**/*.ts`),
+    rules: { 'no-restricted-imports': ['error', engineImportRule(mayNotImport)] },
+  }));
+}
+
 export default tseslint.config(
   { ignores: ['dist/**', 'out/**', 'node_modules/**', 'renderer/dist/**', 'native/build/**', 'bench/results/**', 'e2e/artifacts/**'] },
   {
@@ -25,15 +46,25 @@ export default tseslint.config(
       }],
     },
   },
+  // The engine's own layers (ARCHITECTURE.md): server, pipeline → planner, runtime, session,
+  // transport, rendezvous → model, device. A lower layer never imports a higher one.
+  ...engineLayers([
+    { dirs: ['model', 'device'], mayNotImport: ['runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server'] },
+    { dirs: ['runtime', 'planner', 'session', 'transport', 'rendezvous'], mayNotImport: ['pipeline', 'server'] },
+    { dirs: ['pipeline', 'server', 'test-support'], mayNotImport: [] },
+  ]),
   {
-    files: ['electron/engine/**/*.ts'],
+    // Files directly under electron/engine/ (errors.ts, paths.ts) are the bottom of the engine.
+    files: ['electron/engine/*.ts'],
+    rules: { 'no-restricted-imports': ['error', engineImportRule(['model', 'device', 'runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server'])] },
+  },
+  {
+    // common/ is shared by the engine and the renderer (VS Code's common layer): it imports neither.
+    files: ['common/**/*.ts'],
     rules: {
       'no-restricted-imports': ['error', {
-        paths: [{ name: 'electron', message: 'electron/engine must run headless: only electron/{main,preload,tray,window}.ts import electron.' }],
-        patterns: [
-          { group: ['**/renderer/**', 'react', 'react-dom', '@tanstack/*'], message: 'The engine never imports the renderer or UI libraries.' },
-          { regex: '^(\\.\\./)+(commands/|(cli|main|preload|tray|window|ipc-channels)\\.js$)', message: 'The engine does not import the CLI or the Electron shell.' },
-        ],
+        paths: [{ name: 'electron', message: 'common/ runs in the renderer and the engine alike: no electron.' }],
+        patterns: [{ group: ['**/electron/**', '**/renderer/**'], message: 'common/ imports neither electron/** nor renderer/**; move shared code into common/.' }],
       }],
     },
   },

@@ -30,6 +30,16 @@ describe('layering lint', () => {
     expect(await lint("import { KiwiError } from '../../errors.js';\nexport const a = KiwiError;\n", 'electron/engine/model/gguf/x.ts')).toEqual([]);
   });
 
+  it('refuses an import of a higher engine layer from a lower one', async () => {
+    expect(await lint("import { Stage } from '../runtime/stage.js';\nexport const a = Stage;\n", 'electron/engine/device/x.ts')).toEqual([
+      expect.stringMatching(/lower engine layer does not import a higher one/),
+    ]);
+    expect(await lint("import { x } from '../../pipeline/ring.js';\nexport const a = x;\n", 'electron/engine/session/sub/x.ts')).toEqual([
+      expect.stringMatching(/lower engine layer/),
+    ]);
+    expect(await lint("import { Stage } from '../runtime/stage.js';\nexport const a = Stage;\n", 'electron/engine/pipeline/x.ts')).toEqual([]);
+  });
+
   it('refuses an electron import in main-process files other than the shell files', async () => {
     expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'electron/cli.ts')).toEqual([
       expect.stringMatching(/no-restricted-imports: .*Only electron\/main.ts/),

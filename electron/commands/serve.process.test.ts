@@ -1,6 +1,5 @@
 // `kiwi serve` as a real process: it prints where it serves, answers the OpenAI API with its key,
 // and on SIGTERM stops accepting, ends its streams and exits 0.
-import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { testModelPath } from '../engine/model/test-models.js';
 import { kiwiEntry, ProcessSet, waitEvent } from '../engine/test-support/processes.js';

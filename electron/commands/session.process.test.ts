@@ -1,7 +1,6 @@
 // `kiwi rendezvous`, `kiwi host` and `kiwi join` as real processes on loopback: a session forms
 // from a code, a wrong code is refused and cannot be retried without limit, and a member killed
 // with SIGKILL is soft- then hard-evicted and can rejoin.
-import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { formatSessionCode, parseSessionCode } from '../engine/session/session-code.js';
 import { kiwiEntry, ProcessSet, waitEvent, type Proc } from '../engine/test-support/processes.js';
