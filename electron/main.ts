@@ -1,33 +1,90 @@
-// Electron main process: composes the shell (tray, window, IPC). The engine itself is plain Node
-// under electron/engine/ and is started from here like the CLI starts it.
+// Electron main process: runs the engine (a SessionControl behind the control API on loopback)
+// and composes the shell around it: tray, window, IPC, settings. Single instance: a second launch
+// focuses the first one's window.
 import { BrowserWindow, app, ipcMain } from 'electron';
-import { IPC_CHANNELS, isIpcChannel, type IpcInvokeMap } from './ipc-channels.js';
-import { setupTray } from './tray.js';
-import { setupWindow } from './window.js';
+import Store from 'electron-store';
+import { hostname } from 'node:os';
+import { runDeviceBench } from './engine/device/device-bench.js';
+import { startControlApi, type ControlApi } from './engine/server/control-api.js';
+import { localHosting } from './engine/server/control-api-hosting.js';
+import { SessionControl } from './engine/server/control-api-source.js';
+import { IPC_CHANNELS, isIpcChannel, type ControlApiAddress, type IpcInvokeMap } from './ipc-channels.js';
+import { setupTray, type KiwiTray } from './tray.js';
+import { setupWindow, type WindowBounds } from './window.js';
 
-type Handlers = { [C in keyof IpcInvokeMap]: (...args: IpcInvokeMap[C]['args']) => Promise<IpcInvokeMap[C]['result']> };
+interface Settings {
+  /** Port of the OpenAI-compatible API while hosting. */
+  apiPort: number;
+  /** Name other members and the host see. */
+  memberName: string;
+  window: WindowBounds;
+}
 
-const handlers: Handlers = {
-  // The control API is served by the engine once a session starts (a later milestone).
-  'control-api:address': async () => null,
+const store = new Store<Settings>({
+  name: 'settings',
+  defaults: { apiPort: 8080, memberName: hostname().slice(0, 64), window: { width: 1100, height: 760 } },
+  schema: {
+    apiPort: { type: 'integer', minimum: 1, maximum: 65535 },
+    memberName: { type: 'string', minLength: 1, maxLength: 64 },
+    window: {
+      type: 'object',
+      properties: { width: { type: 'integer', minimum: 400 }, height: { type: 'integer', minimum: 300 }, x: { type: 'integer' }, y: { type: 'integer' } },
+      required: ['width', 'height'],
+    },
+  },
+});
+
+let control: SessionControl | undefined;
+let api: ControlApi | undefined;
+let tray: KiwiTray | undefined;
+let mainWindow: BrowserWindow | null = null;
+let quitting = false;
+
+const handlers: { [C in keyof IpcInvokeMap]: (...args: IpcInvokeMap[C]['args']) => Promise<IpcInvokeMap[C]['result']> } = {
+  'control-api:address': async (): Promise<ControlApiAddress | null> => (api !== undefined ? { url: api.url, token: api.token } : null),
   'app:version': async () => app.getVersion(),
 };
 
 function setupIpc(): void {
   for (const channel of IPC_CHANNELS) {
     ipcMain.handle(channel, async (event, ...args: unknown[]) => {
-      // Only our own window may call; the channel list is closed.
-      if (!isIpcChannel(channel) || BrowserWindow.fromWebContents(event.sender) === null) throw new Error('refused');
-      return (handlers[channel] as (...a: unknown[]) => Promise<unknown>)(...args);
+      // Only our own window, showing our own UI, may call; the channel list is closed and takes no arguments.
+      const from = BrowserWindow.fromWebContents(event.sender);
+      const origin = api !== undefined ? new URL(api.url).origin : null;
+      if (!isIpcChannel(channel) || from === null || origin === null || !event.senderFrame?.url.startsWith(origin) || args.length > 0) throw new Error('refused');
+      return (handlers[channel] as () => Promise<unknown>)();
     });
   }
 }
 
-let mainWindow: BrowserWindow | null = null;
-
 function openWindow(): void {
-  if (mainWindow === null || mainWindow.isDestroyed()) mainWindow = setupWindow();
-  else mainWindow.focus();
+  if (api === undefined) return;
+  if (mainWindow === null || mainWindow.isDestroyed()) {
+    mainWindow = setupWindow(new URL(api.url).origin, store.get('window'), (b) => store.set('window', b), () => quitting);
+  } else {
+    mainWindow.show();
+    mainWindow.focus();
+  }
+}
+
+async function startEngine(): Promise<void> {
+  const c = new SessionControl({
+    startHosting: localHosting({ api: { port: store.get('apiPort') }, session: { embeddedRendezvous: { host: '0.0.0.0', port: 0 }, listenHost: '0.0.0.0' } }),
+    runBench: (onProgress, signal) => runDeviceBench({ onProgress, signal }),
+    join: { name: store.get('memberName'), listenHost: '0.0.0.0' },
+  });
+  control = c;
+  api = await startControlApi({ source: c });
+  tray = setupTray({
+    openWindow,
+    setPaused: (paused) => {
+      c.pause(paused).catch((err: unknown) => console.error('kiwi: pausing failed:', err));
+    },
+  });
+  tray.update(c.status());
+  c.subscribe((e) => {
+    if (e.type === 'status') tray?.update(e.status);
+  });
 }
 
 if (!app.requestSingleInstanceLock()) {
@@ -36,9 +93,26 @@ if (!app.requestSingleInstanceLock()) {
   app.on('second-instance', openWindow);
   // Closing the window keeps Kiwi running in the tray.
   app.on('window-all-closed', () => undefined);
-  void app.whenReady().then(() => {
+  app.on('before-quit', (event) => {
+    if (quitting) return;
+    // Leave the session cleanly (members are told, the API stops) before the process ends.
+    quitting = true;
+    event.preventDefault();
+    void (async () => {
+      try {
+        await control?.close();
+        await api?.close();
+      } catch (err) {
+        console.error('kiwi: shutting down the engine failed:', err);
+      } finally {
+        tray?.destroy();
+        app.quit();
+      }
+    })();
+  });
+  void app.whenReady().then(async () => {
     setupIpc();
-    setupTray(openWindow);
+    await startEngine();
     openWindow();
   });
 }

@@ -1,18 +1,64 @@
-// The tray icon: Kiwi lives here while the window is closed; the menu opens the window or quits.
-import { Menu, Tray, app, nativeImage } from 'electron';
+// The tray icon: Kiwi lives here while the window is closed. Its badge and tooltip show the state
+// (idle / in a session / serving / error); the menu opens the window, copies the session code,
+// pauses contributing (members) and quits.
+import { Menu, Tray, app, clipboard, nativeImage, type NativeImage } from 'electron';
 import { fileURLToPath } from 'node:url';
+import type { SessionStatus } from '../common/control-api.js';
+import { drawBadge, TRAY_TOOLTIPS, trayState, type TrayState } from './tray-state.js';
 
-export function setupTray(openWindow: () => void): Tray {
+export interface TrayActions {
+  openWindow(): void;
+  setPaused(paused: boolean): void;
+}
+
+export interface KiwiTray {
+  update(status: SessionStatus): void;
+  destroy(): void;
+}
+
+const SIZE = 16;
+
+function baseIcon(): NativeImage {
   const icon = nativeImage.createFromPath(fileURLToPath(new URL('../../build/tray-icon.png', import.meta.url)));
-  const tray = new Tray(icon.isEmpty() ? nativeImage.createEmpty() : icon.resize({ width: 16, height: 16 }));
-  tray.setToolTip('Kiwi');
-  tray.setContextMenu(
-    Menu.buildFromTemplate([
-      { label: 'Open Kiwi', click: openWindow },
-      { type: 'separator' },
-      { label: 'Quit Kiwi', click: () => app.quit() },
-    ]),
-  );
-  tray.on('click', openWindow);
-  return tray;
+  return icon.isEmpty() ? icon : icon.resize({ width: SIZE, height: SIZE });
+}
+
+function badged(base: NativeImage, state: TrayState): NativeImage {
+  if (base.isEmpty()) return base;
+  const { width, height } = base.getSize();
+  return nativeImage.createFromBitmap(Buffer.from(drawBadge(base.toBitmap(), width, height, state)), { width, height });
+}
+
+export function setupTray(actions: TrayActions): KiwiTray {
+  const base = baseIcon();
+  const icons = new Map<TrayState, NativeImage>((['idle', 'session', 'serving', 'error'] as const).map((s) => [s, badged(base, s)]));
+  const tray = new Tray(icons.get('idle') ?? base);
+  tray.on('click', actions.openWindow);
+  let last: TrayState | undefined;
+
+  const update = (status: SessionStatus): void => {
+    const state = trayState(status);
+    if (state !== last) {
+      tray.setImage(icons.get(state) ?? base);
+      last = state;
+    }
+    tray.setToolTip(status.code !== null ? `${TRAY_TOOLTIPS[state]} · ${status.code}` : TRAY_TOOLTIPS[state]);
+    const code = status.code;
+    tray.setContextMenu(
+      Menu.buildFromTemplate([
+        { label: 'Open Kiwi', click: actions.openWindow },
+        { label: code !== null ? `Copy session code (${code})` : 'Copy session code', enabled: code !== null, click: () => code !== null && clipboard.writeText(code) },
+        {
+          label: 'Pause contributing',
+          type: 'checkbox',
+          checked: status.paused,
+          enabled: status.role === 'member' && status.phase !== 'ended',
+          click: (item) => actions.setPaused(item.checked),
+        },
+        { type: 'separator' },
+        { label: 'Quit Kiwi', click: () => app.quit() },
+      ]),
+    );
+  };
+  return { update, destroy: () => tray.destroy() };
 }

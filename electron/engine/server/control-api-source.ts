@@ -34,7 +34,8 @@ type WireError = { code: string; message: string };
 /** A hosted session as the control API sees it: the session, what it serves, its plan. */
 export interface HostedSession {
   session: HostSession;
-  model: string;
+  /** The model file the session serves (null: a session without a model yet). */
+  model: string | null;
   serving: { url: string; model: string } | null;
   /** The ring's plan, or why there is none; absent until the pipeline provides it. */
   plan?: () => { plan: PlanWire | null; error: WireError | null };

@@ -218,7 +218,9 @@ async function events(req: IncomingMessage, res: ServerResponse, source: Control
   send({ type: 'status', status: source.status() });
   send({ type: 'device', device: source.device() });
   const unsubscribe = source.subscribe(send);
-  const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), keepAliveMs);
+  const keepAlive = setInterval(() => {
+    if (!res.destroyed) res.write(': keep-alive\n\n');
+  }, keepAliveMs);
   await new Promise<void>((done) => req.socket.once('close', () => done()));
   clearInterval(keepAlive);
   unsubscribe();

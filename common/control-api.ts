@@ -1,0 +1,170 @@
+// The control API's wire format, shared by the engine (electron/engine/server/control-api.ts) and
+// the renderer: zod schemas for every request body and every response, and the types inferred
+// from them. Plain TypeScript + zod: this layer imports neither electron/**, renderer/** nor
+// 'electron' (lint enforces it), so both sides of the loopback connection can use it.
+import { z } from 'zod';
+
+/** Where the API lives below its origin; the UI is served at `/`. */
+export const CONTROL_API_PREFIX = '/api';
+/** Largest request body the control API reads (all of them are tiny JSON). */
+export const MAX_CONTROL_BODY_BYTES = 64 * 1024;
+
+export const ErrorBody = z.object({ error: z.object({ code: z.string(), message: z.string() }) });
+export type ErrorBody = z.infer<typeof ErrorBody>;
+
+// ---- device card ---------------------------------------------------------------------------
+
+export const DeviceGpu = z.object({ name: z.string(), vendor: z.string(), vram_total_bytes: z.number().nullable(), vram_free_bytes: z.number().nullable() });
+
+export const DeviceSummary = z.object({
+  hostname: z.string(),
+  platform: z.string(),
+  cpu: z.string(),
+  cores: z.number().int(),
+  memory_total_bytes: z.number(),
+  memory_available_bytes: z.number(),
+  gpus: z.array(DeviceGpu),
+  /** Execution providers that ran a test graph, best first. */
+  providers: z.array(z.string()),
+  host_bandwidth_gbps: z.number(),
+  /** Per non-CPU provider, its device's bandwidth. */
+  provider_bandwidth: z.array(z.object({ provider: z.string(), gbps: z.number() })),
+  measured_at: z.string(),
+  cached: z.boolean(),
+});
+export type DeviceSummary = z.infer<typeof DeviceSummary>;
+
+export const DeviceCard = z.object({
+  state: z.enum(['idle', 'running', 'done', 'failed']),
+  /** The benchmark's latest progress line while it runs. */
+  progress: z.string().nullable(),
+  /** 0..1 when the benchmark can tell (bandwidth rounds), else null. */
+  fraction: z.number().min(0).max(1).nullable(),
+  summary: DeviceSummary.nullable(),
+  error: ErrorBody.shape.error.nullable(),
+});
+export type DeviceCard = z.infer<typeof DeviceCard>;
+
+// ---- session status ------------------------------------------------------------------------
+
+export const MemberStateWire = z.enum(['pending', 'active', 'soft-evicted', 'evicted', 'left', 'rejected']);
+export type MemberStateWire = z.infer<typeof MemberStateWire>;
+
+export const MemberWire = z.object({
+  member_id: z.string(),
+  name: z.string(),
+  peer: z.number().int(),
+  state: MemberStateWire,
+  connected: z.boolean(),
+  addresses: z.array(z.string()),
+  /** From the member's device benchmark, when it reported one. */
+  memory_bytes: z.number().nullable(),
+  bandwidth_gbps: z.number().nullable(),
+});
+export type MemberWire = z.infer<typeof MemberWire>;
+
+export const LinkWire = z.object({
+  a: z.number().int(),
+  b: z.number().int(),
+  state: z.enum(['connecting', 'up', 'failed', 'closed']),
+  kind: z.enum(['direct', 'relayed']).nullable(),
+  rtt_ms: z.number().nullable(),
+});
+export type LinkWire = z.infer<typeof LinkWire>;
+
+/** One stage of the plan: a peer holds layers [start, end) (half-open); `head` holds embedding and output. */
+export const StageWire = z.object({
+  peer: z.number().int(),
+  name: z.string(),
+  start: z.number().int(),
+  end: z.number().int(),
+  head: z.boolean(),
+  /** Predicted or measured time of this stage per token. */
+  stage_ms: z.number().nullable(),
+});
+export type StageWire = z.infer<typeof StageWire>;
+
+export const PlanWire = z.object({
+  stages: z.array(StageWire),
+  layers: z.number().int(),
+  tokens_per_s: z.number().nullable(),
+});
+export type PlanWire = z.infer<typeof PlanWire>;
+
+/** What this machine holds as a member, once the host planned it in. */
+export const AssignmentWire = z.object({
+  start: z.number().int(),
+  end: z.number().int(),
+  head: z.boolean(),
+  /** 0..1 while the layers load, 1 when ready. */
+  load_fraction: z.number().min(0).max(1),
+  stage_ms: z.number().nullable(),
+});
+
+export const SessionStatus = z.object({
+  role: z.enum(['none', 'host', 'member']),
+  /** Member only: the phase of this machine's membership. */
+  phase: z.enum(['idle', 'connecting', 'pending', 'active', 'reconnecting', 'paused', 'ended']),
+  paused: z.boolean(),
+  code: z.string().nullable(),
+  rendezvous: z.string().nullable(),
+  /** This machine's peer number (host: 0). */
+  self_peer: z.number().int().nullable(),
+  model: z.string().nullable(),
+  members: z.array(MemberWire),
+  /** Ring order of peers, the host (0) first. */
+  ring: z.array(z.number().int()),
+  links: z.array(LinkWire),
+  plan: PlanWire.nullable(),
+  /** Why the session has no plan (for example a member short of memory). */
+  plan_error: ErrorBody.shape.error.nullable(),
+  assignment: AssignmentWire.nullable(),
+  /** The OpenAI-compatible API, when this machine serves one. */
+  serving: z.object({ url: z.string(), model: z.string() }).nullable(),
+  /** The last error that ended or refused an action. */
+  error: ErrorBody.shape.error.nullable(),
+});
+export type SessionStatus = z.infer<typeof SessionStatus>;
+
+// ---- requests ------------------------------------------------------------------------------
+
+export const HostRequest = z.strictObject({
+  model: z.string().min(1).max(4096),
+  auto_approve: z.boolean().optional(),
+});
+export type HostRequest = z.infer<typeof HostRequest>;
+
+export const JoinRequest = z.strictObject({
+  code: z.string().min(1).max(200),
+  /** Rendezvous URL, the one the host shows next to its code; absent: the one a host on this network announces. */
+  rendezvous: z.string().min(1).max(2048).optional(),
+  name: z.string().min(1).max(64).optional(),
+});
+export type JoinRequest = z.infer<typeof JoinRequest>;
+
+export const DecideRequest = z.strictObject({ member_id: z.string().min(1).max(128), approve: z.boolean() });
+export type DecideRequest = z.infer<typeof DecideRequest>;
+
+export const PauseRequest = z.strictObject({ paused: z.boolean() });
+export type PauseRequest = z.infer<typeof PauseRequest>;
+
+export const BenchRequest = z.strictObject({ refresh: z.boolean().optional() });
+
+export const ChatMessage = z.strictObject({ role: z.enum(['system', 'user', 'assistant']), content: z.string().max(100_000) });
+export const ChatRequest = z.strictObject({
+  messages: z.array(ChatMessage).min(1).max(200),
+  max_tokens: z.number().int().min(1).max(4096).optional(),
+  temperature: z.number().min(0).max(2).optional(),
+});
+export type ChatRequest = z.infer<typeof ChatRequest>;
+
+export const OkBody = z.object({ ok: z.literal(true) });
+
+// ---- events (text/event-stream on GET /api/events) ------------------------------------------
+
+/** Each SSE message is `event: <type>` with the JSON of a full snapshot as data. */
+export const ControlEvent = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('status'), status: SessionStatus }),
+  z.object({ type: z.literal('device'), device: DeviceCard }),
+]);
+export type ControlEvent = z.infer<typeof ControlEvent>;

@@ -1,0 +1,49 @@
+// A headless Kiwi for the e2e tests (run with tsx): the control API and the UI on loopback over a
+// SessionControl that can host (session + the model served locally on /v1) or join, with short
+// eviction timeouts and a small device benchmark so a test sees changes within seconds.
+// Prints one JSON line: {"event":"ui","ui_url","api_url","token"}; runs until SIGTERM/SIGINT.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { runDeviceBench } from '../../electron/engine/device/device-bench.js';
+import { startControlApi } from '../../electron/engine/server/control-api.js';
+import { localHosting } from '../../electron/engine/server/control-api-hosting.js';
+import { SessionControl } from '../../electron/engine/server/control-api-source.js';
+
+const { values } = parseArgs({
+  options: {
+    'api-port': { type: 'string', default: '0' },
+    name: { type: 'string' },
+    'soft-evict-ms': { type: 'string', default: '2500' },
+    'heartbeat-ms': { type: 'string', default: '400' },
+    /** Where the device benchmark caches; the caller removes it (a test kills this process with SIGKILL). */
+    'bench-cache': { type: 'string' },
+  },
+});
+
+const ownBenchDir = values['bench-cache'] === undefined;
+const benchDir = values['bench-cache'] ?? (await mkdtemp(join(tmpdir(), 'kiwi-e2e-bench-')));
+const control = new SessionControl({
+  startHosting: localHosting({
+    session: { softEvictMs: Number(values['soft-evict-ms']), hardEvictMs: 120_000, listenHost: '127.0.0.1' },
+    api: { port: Number(values['api-port']) },
+  }),
+  runBench: (onProgress, signal) =>
+    runDeviceBench({ cacheDir: benchDir, refresh: true, onProgress, signal, bandwidth: { threads: 1, bytesPerThread: 32 * 1024 * 1024, rounds: 8, passesPerRound: 1 } }),
+  join: { listenHost: '127.0.0.1', heartbeatMs: Number(values['heartbeat-ms']), reconnectDelayMs: 300, ...(values.name !== undefined ? { name: values.name } : {}) },
+});
+const api = await startControlApi({ source: control });
+process.stdout.write(`${JSON.stringify({ event: 'ui', ui_url: api.uiUrl, api_url: api.url, token: api.token })}\n`);
+
+let stopping = false;
+const stop = async (): Promise<void> => {
+  if (stopping) return;
+  stopping = true;
+  await control.close();
+  await api.close();
+  if (ownBenchDir) await rm(benchDir, { recursive: true, force: true });
+  process.exit(0);
+};
+process.on('SIGTERM', () => void stop());
+process.on('SIGINT', () => void stop());

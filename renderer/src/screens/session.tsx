@@ -1,0 +1,213 @@
+// Hosting and joining: start a session over a local GGUF file or join one with a code; as the
+// host, the code large and copyable, joiners to approve and the plan (or why there is none); as a
+// member, the assigned layers, their loading, the stage's timing and a pause button.
+import { useMutation, useQueryClient } from '@tanstack/react-query';
+import { useId, useState, type FormEvent, type ReactElement } from 'react';
+import type { SessionStatus } from '../../../common/control-api.js';
+import { api } from '../api.js';
+import { Card, CopyButton, ErrorBanner, formatBytes, formatMs, Progress } from '../ui.js';
+
+function useSessionAction<A extends unknown[]>(fn: (...args: A) => Promise<SessionStatus>) {
+  const client = useQueryClient();
+  return useMutation({ mutationFn: (args: A) => fn(...args), onSuccess: (s) => client.setQueryData(['status'], s) });
+}
+
+export function SessionScreen({ status }: { status: SessionStatus }): ReactElement {
+  if (status.role === 'host') return <HostView status={status} />;
+  if (status.role === 'member') return <MemberView status={status} />;
+  return (
+    <div className="stack">
+      {/* Why the last session ended or the last attempt failed, until the next one starts. */}
+      <ErrorBanner error={status.error} />
+      <div className="two-col">
+        <HostForm shown={status.error?.message} />
+        <JoinForm shown={status.error?.message} />
+      </div>
+    </div>
+  );
+}
+
+/** `shown`: the message the status banner already shows, so a failure is not shown twice. */
+function HostForm({ shown }: { shown: string | undefined }): ReactElement {
+  const id = useId();
+  const [model, setModel] = useState('');
+  const [autoApprove, setAutoApprove] = useState(false);
+  const host = useSessionAction(api.host);
+  const submit = (e: FormEvent): void => {
+    e.preventDefault();
+    host.mutate([model.trim(), autoApprove]);
+  };
+  return (
+    <Card title="Host a session">
+      <p className="lede">Choose the model. You get a code to read out to your friends; your machine serves the API.</p>
+      <form onSubmit={submit} className="form">
+        <label htmlFor={`${id}-model`}>Model file (GGUF)</label>
+        <input id={`${id}-model`} value={model} onChange={(e) => setModel(e.target.value)} placeholder="/home/you/models/llama-3-8b.Q4_K_M.gguf" required spellCheck={false} />
+        <label className="check">
+          <input type="checkbox" checked={autoApprove} onChange={(e) => setAutoApprove(e.target.checked)} />
+          Let in everyone who has the code (no approval)
+        </label>
+        <ErrorBanner error={host.error?.message === shown ? null : (host.error as { message: string } | null)} />
+        <button type="submit" disabled={host.isPending || model.trim() === ''}>{host.isPending ? 'Loading the model…' : 'Start hosting'}</button>
+      </form>
+    </Card>
+  );
+}
+
+function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
+  const id = useId();
+  const [code, setCode] = useState('');
+  const [rendezvous, setRendezvous] = useState('');
+  const [name, setName] = useState('');
+  const join = useSessionAction(api.join);
+  const submit = (e: FormEvent): void => {
+    e.preventDefault();
+    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined]);
+  };
+  return (
+    <Card title="Join a session">
+      <p className="lede">Type the code your host reads out, like <code>42-orbit-velvet-kiwi</code>.</p>
+      <form onSubmit={submit} className="form">
+        <label htmlFor={`${id}-code`}>Session code</label>
+        <input id={`${id}-code`} className="code-input" value={code} onChange={(e) => setCode(e.target.value)} placeholder="42-orbit-velvet-kiwi" required autoComplete="off" spellCheck={false} />
+        <label htmlFor={`${id}-rv`}>Rendezvous address (optional on the host's network)</label>
+        <input id={`${id}-rv`} value={rendezvous} onChange={(e) => setRendezvous(e.target.value)} placeholder="found on this network, or ws://192.168.1.20:7070" spellCheck={false} />
+        <label htmlFor={`${id}-name`}>Your name (optional)</label>
+        <input id={`${id}-name`} value={name} onChange={(e) => setName(e.target.value)} placeholder="this computer's name" maxLength={64} />
+        <ErrorBanner error={join.error?.message === shown ? null : (join.error as { message: string } | null)} />
+        <button type="submit" disabled={join.isPending || code.trim() === ''}>{join.isPending ? (rendezvous.trim() === '' ? 'Looking for the host…' : 'Joining…') : 'Join'}</button>
+      </form>
+    </Card>
+  );
+}
+
+const STATE_WORDS: Record<string, string> = {
+  pending: 'waiting for you', active: 'in the ring', 'soft-evicted': 'unreachable', evicted: 'evicted', left: 'left', rejected: 'not admitted',
+};
+
+function HostView({ status }: { status: SessionStatus }): ReactElement {
+  const decide = useSessionAction(api.decide);
+  const leave = useSessionAction(api.leave);
+  const code = status.code ?? '';
+  const pending = status.members.filter((m) => m.state === 'pending');
+  const others = status.members.filter((m) => m.state !== 'pending');
+  return (
+    <div className="stack">
+      <Card title="Your session" actions={<button type="button" className="danger" onClick={() => leave.mutate([])}>End session</button>}>
+        <div className="session-code" aria-label="Session code">
+          <span data-testid="session-code">{code}</span>
+          <CopyButton text={code} label="Copy the session code" />
+        </div>
+        <p className="muted small">
+          Friends join with this code and the rendezvous <code data-testid="rendezvous">{status.rendezvous}</code>
+          {' '}<CopyButton text={status.rendezvous ?? ''} label="Copy the rendezvous address" />
+        </p>
+        <p className="muted small">Model: <code>{status.model}</code>{status.serving !== null ? <> · serving at <code>{status.serving.url}</code></> : null}</p>
+        <ErrorBanner error={(decide.error ?? leave.error) as { message: string } | null} />
+      </Card>
+
+      {pending.length > 0 ? (
+        <Card title="Waiting to join">
+          <ul className="members">
+            {pending.map((m) => (
+              <li key={m.member_id} className="member pending">
+                <span className="member-name">{m.name}</span>
+                <span className="muted small">{m.addresses[0] ?? 'relay only'}</span>
+                <span className="actions">
+                  <button type="button" onClick={() => decide.mutate([m.member_id, true])} aria-label={`Approve ${m.name}`}>Approve</button>
+                  <button type="button" className="secondary" onClick={() => decide.mutate([m.member_id, false])} aria-label={`Reject ${m.name}`}>Reject</button>
+                </span>
+              </li>
+            ))}
+          </ul>
+        </Card>
+      ) : null}
+
+      <Card title="Members">
+        {others.length === 0 ? <p className="muted">Nobody has joined yet. Read the code out to a friend.</p> : (
+          <table className="table">
+            <thead><tr><th scope="col">Name</th><th scope="col">State</th><th scope="col">Memory</th><th scope="col">Bandwidth</th><th scope="col">Address</th></tr></thead>
+            <tbody>
+              {others.map((m) => (
+                <tr key={m.member_id} className={`state-${m.state}`}>
+                  <td>{m.name}</td>
+                  <td><span className={`dot ${m.state}`} aria-hidden="true" />{STATE_WORDS[m.state] ?? m.state}{!m.connected && m.state === 'active' ? ' (reconnecting)' : ''}</td>
+                  <td>{formatBytes(m.memory_bytes)}</td>
+                  <td>{m.bandwidth_gbps === null ? '—' : `${m.bandwidth_gbps.toFixed(m.bandwidth_gbps < 10 ? 1 : 0)} GB/s`}</td>
+                  <td className="muted small">{m.addresses[0] ?? 'relay only'}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </Card>
+
+      <PlanCard status={status} />
+    </div>
+  );
+}
+
+export function PlanCard({ status }: { status: SessionStatus }): ReactElement {
+  const plan = status.plan;
+  return (
+    <Card title="Plan">
+      {status.plan_error !== null ? <ErrorBanner error={status.plan_error} /> : null}
+      {plan === null ? (
+        status.plan_error === null ? <p className="muted">No plan yet: the model is served on this machine until the ring plans its layers across members.</p> : null
+      ) : (
+        <>
+          <p>{plan.layers} layers over {plan.stages.length} stages{plan.tokens_per_s !== null ? <> · predicted <strong>{plan.tokens_per_s.toFixed(1)} tokens/s</strong></> : null}</p>
+          <table className="table">
+            <thead><tr><th scope="col">Member</th><th scope="col">Layers</th><th scope="col">Stage time</th></tr></thead>
+            <tbody>
+              {plan.stages.map((s) => (
+                <tr key={s.peer}><td>{s.name}{s.head ? ' (head)' : ''}</td><td>{s.start}–{s.end}</td><td>{formatMs(s.stage_ms)}</td></tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      )}
+    </Card>
+  );
+}
+
+const PHASE_WORDS: Record<SessionStatus['phase'], string> = {
+  idle: 'Not in a session', connecting: 'Connecting…', pending: 'Waiting for the host to let you in', active: 'In the ring',
+  reconnecting: 'Connection lost, reconnecting…', paused: 'Paused: not contributing', ended: 'The session ended',
+};
+
+function MemberView({ status }: { status: SessionStatus }): ReactElement {
+  const pause = useSessionAction(api.pause);
+  const leave = useSessionAction(api.leave);
+  const a = status.assignment;
+  return (
+    <div className="stack">
+      <Card
+        title="You are a member"
+        actions={
+          <span className="actions">
+            <button type="button" className="secondary" disabled={pause.isPending || status.phase === 'ended'} onClick={() => pause.mutate([!status.paused])}>
+              {status.paused ? 'Resume contributing' : 'Pause contributing'}
+            </button>
+            <button type="button" className="danger" onClick={() => leave.mutate([])}>Leave</button>
+          </span>
+        }
+      >
+        <p className={`phase phase-${status.phase}`} role="status" data-testid="member-phase">{PHASE_WORDS[status.phase]}</p>
+        <p className="muted small">Session <code>{status.code}</code> via <code>{status.rendezvous}</code>{status.self_peer !== null ? <> · you are peer {status.self_peer}</> : null}</p>
+        <ErrorBanner error={status.error ?? ((pause.error ?? leave.error) as { message: string } | null)} />
+      </Card>
+      <Card title="Your part of the model">
+        {a === null ? (
+          <p className="muted">{status.phase === 'active' ? 'Waiting for the host to assign your layers.' : 'You get layers once you are in the ring.'}</p>
+        ) : (
+          <dl className="device-grid">
+            <div><dt>Layers</dt><dd><span className="big-figure">{a.start}–{a.end}</span>{a.head ? ' + head' : ''}</dd></div>
+            <div><dt>Loading</dt><dd><Progress fraction={a.load_fraction} label="Layer loading progress" /> {Math.round(a.load_fraction * 100)}%</dd></div>
+            <div><dt>Your stage</dt><dd>{formatMs(a.stage_ms)} per token</dd></div>
+          </dl>
+        )}
+      </Card>
+    </div>
+  );
+}
