@@ -1,25 +1,14 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { main } from '../cli.js';
 import { openGguf, readTensorBytes } from '../engine/model/gguf/gguf-reader.js';
 import { GgmlType, tensorByteLength } from '../engine/model/gguf/gguf-types.js';
 import { buildGguf, writableMetadata } from '../engine/model/gguf/gguf-writer.js';
 import { testModelPath } from '../engine/model/test-models.js';
 import { LocalBackend } from '../engine/server/local-backend.js';
 import { createOpenAiApi } from '../engine/server/openai-api.js';
-
-async function run(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const chunks = { out: '', err: '' };
-  stdout.on('data', (c: Buffer) => (chunks.out += c.toString()));
-  stderr.on('data', (c: Buffer) => (chunks.err += c.toString()));
-  const code = await main(argv, { stdout, stderr });
-  return { code, stdout: chunks.out, stderr: chunks.err };
-}
+import { runKiwi as run } from './test-support/run-kiwi.js';
 
 let dir: string;
 let model: string;

@@ -3,29 +3,10 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { main } from '../cli.js';
 import { testModelPath } from '../engine/model/test-models.js';
 import type { ModelSummary } from '../engine/model/model-summary.js';
-
-function sink(): { stream: Writable; text: () => string } {
-  let text = '';
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      text += chunk.toString();
-      cb();
-    },
-  });
-  return { stream, text: () => text };
-}
-
-async function kiwi(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out = sink();
-  const err = sink();
-  const code = await main(args, { stdout: out.stream, stderr: err.stream });
-  return { code, stdout: out.text(), stderr: err.text() };
-}
+import { runKiwi as kiwi } from './test-support/run-kiwi.js';
 
 let dir: string;
 beforeAll(async () => {

@@ -1,23 +1,12 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { main } from '../cli.js';
 import { openGguf } from '../engine/model/gguf/gguf-reader.js';
 import { summarizeModel } from '../engine/model/model-summary.js';
 import { testModelPath } from '../engine/model/test-models.js';
 import { modelSizesFromSummary } from './plan.js';
-
-async function run(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const chunks = { out: '', err: '' };
-  stdout.on('data', (c: Buffer) => (chunks.out += c.toString()));
-  stderr.on('data', (c: Buffer) => (chunks.err += c.toString()));
-  const code = await main(argv, { stdout, stderr });
-  return { code, stdout: chunks.out, stderr: chunks.err };
-}
+import { runKiwi as run } from './test-support/run-kiwi.js';
 
 const model = {
   name: 'qwen3-32b-q4_k_m',

@@ -3,21 +3,10 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { main } from '../cli.js';
 import { openGguf } from '../engine/model/gguf/gguf-reader.js';
 import { GgmlType } from '../engine/model/gguf/gguf-types.js';
-
-async function kiwi(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  const code = await main(args, {
-    stdout: new Writable({ write: (c: Buffer, _e, cb) => ((stdout += c.toString()), cb()) }),
-    stderr: new Writable({ write: (c: Buffer, _e, cb) => ((stderr += c.toString()), cb()) }),
-  });
-  return { code, stdout, stderr };
-}
+import { runKiwi as kiwi } from './test-support/run-kiwi.js';
 
 let dir: string;
 beforeAll(async () => {

@@ -1,17 +1,6 @@
-import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { main } from '../cli.js';
 import { testModelPath } from '../engine/model/test-models.js';
-
-async function run(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const chunks = { out: '', err: '' };
-  stdout.on('data', (c: Buffer) => (chunks.out += c.toString()));
-  stderr.on('data', (c: Buffer) => (chunks.err += c.toString()));
-  const code = await main(argv, { stdout, stderr });
-  return { code, stdout: chunks.out, stderr: chunks.err };
-}
+import { runKiwi as run } from './test-support/run-kiwi.js';
 
 describe('kiwi tokenize', () => {
   it('prints the ids llama.cpp gives, with BOS as the model asks, as one JSON line', async () => {
