@@ -1,11 +1,21 @@
 // `kiwi host`: opens a session and prints its code, then who joins, leaves and is evicted, and the
-// ring links as they come up. Serving the model through the ring comes with the pipeline; for now
-// the session forms, members are admitted and monitored, and links are measured.
+// ring links as they come up. With --model it also plans the ring over the members, assigns their
+// layers, and serves the OpenAI-compatible API through the ring (engine/pipeline/session-host.ts).
 // Text lines on stdin: `approve NAME`, `reject NAME` (without --auto-approve), `status`.
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { isKiwiError, KiwiError } from '../engine/errors.js';
+import { join } from 'node:path';
+import { totalmem } from 'node:os';
+import { kiwiCacheDir } from '../engine/paths.js';
+import { openGguf } from '../engine/model/gguf/gguf-reader.js';
+import { summarizeModel } from '../engine/model/model-summary.js';
+import { SessionHost } from '../engine/pipeline/session-host.js';
+import { ShardCache } from '../engine/runtime/shard-cache.js';
+import { startOpenAiServer, type OpenAiServer } from '../engine/server/http-server.js';
 import { createHost } from '../engine/session/host.js';
+import { ACTIVATION_ENCODINGS, type ActivationEncoding } from '../engine/transport/tensor-frame.js';
+import { modelSizesFromSummary } from './plan.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
@@ -25,11 +35,21 @@ export const hostCommand = defineCommand({
     'rendezvous-host': { type: 'string', valueName: 'ADDR', description: 'Address of the embedded rendezvous (beyond loopback it is announced on the LAN)', default: '0.0.0.0' },
     'rendezvous-port': { type: 'string', valueName: 'P', description: 'Port of the embedded rendezvous (0: any free port)', default: '0' },
     'auto-approve': { type: 'boolean', description: 'Admit everyone who knows the code without asking' },
-    expect: { type: 'string', valueName: 'N', description: 'Report when N members have joined' },
+    expect: { type: 'string', valueName: 'N', description: 'Report when N members have joined; with --model, plan the ring then (else after --settle-ms)' },
     listen: { type: 'string', valueName: 'ADDR', description: 'Address for direct ring links', default: '0.0.0.0' },
     'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
     'soft-evict-ms': { type: 'string', valueName: 'MS', description: 'Silence after which a member leaves the ring', default: '15000' },
     'hard-evict-ms': { type: 'string', valueName: 'MS', description: 'Silence after which a member is forgotten', default: '120000' },
+    'settle-ms': { type: 'string', valueName: 'MS', description: 'Without --expect: plan once members stopped joining for this long', default: '3000' },
+    context: { type: 'string', valueName: 'N', description: 'Positions per request (prompt + completion); default the model\'s, at most 4096' },
+    activations: { type: 'string', valueName: 'ENC', description: 'How hidden states travel between stages: f32 (exact), f16 or int8', default: 'f32' },
+    zstd: { type: 'boolean', description: 'Compress activations with zstd' },
+    lan: { type: 'boolean', description: 'Let the API listen on all interfaces (set an API key)' },
+    'api-key': { type: 'string', valueName: 'KEY', description: 'Require Authorization: Bearer KEY on every /v1 request (or $KIWI_API_KEY)' },
+    parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once', default: '8' },
+    'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a slot; more get HTTP 429', default: '64' },
+    threads: { type: 'string', valueName: 'N', description: 'CPU threads for the host\'s own stages (default: all cores)' },
+    'no-shard-cache': { type: 'boolean', description: 'Build stage graphs in memory instead of using the shard cache' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
   },
   async run(ctx) {
@@ -59,6 +79,16 @@ export const hostCommand = defineCommand({
     });
     print('session', { code: host.code, nameplate: host.nameplate, rendezvous: host.rendezvousUrl, model: model ?? null },
       `Session code: ${host.code}\nMembers join with: kiwi join ${host.code} --rendezvous ${host.rendezvousUrl}`);
+    let ring: SessionHost | undefined;
+    let server: OpenAiServer | undefined;
+    if (model !== undefined) {
+      try {
+        ({ ring, server } = await startRing(ctx, model, host, expectCount, print));
+      } catch (err) {
+        await host.close();
+        throw err;
+      }
+    }
     const names = new Map<string, string>();
     let joined = 0;
     host.on('change', (c) => {
@@ -101,7 +131,10 @@ export const hostCommand = defineCommand({
       const [verb, ...rest] = line.trim().split(/\s+/);
       const who = rest.join(' ');
       try {
-        if (verb === 'status') print('status', { ...host.status() }, JSON.stringify(host.status(), null, 2));
+        if (verb === 'status') {
+          const status = ring !== undefined ? { ...ring.status() } : { ...host.status() };
+          print('status', status, JSON.stringify(status, null, 2));
+        }
         else if (verb === 'approve' || verb === 'reject') {
           const id = names.get(who) ?? who;
           host.decide(id, verb === 'approve');
@@ -115,7 +148,56 @@ export const hostCommand = defineCommand({
     });
     await untilStopped(ctx.signal, ended);
     rl.close();
-    await host.close();
+    await server?.close();
+    if (ring !== undefined) await ring.close();
+    else await host.close();
     return 0;
   },
 });
+
+type Ctx = Parameters<typeof hostCommand.run>[0];
+
+/** Starts the API (503 until the ring serves) and forms the ring in the background. */
+async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeof createHost>>, expect: number | undefined, print: ReturnType<typeof eventPrinter>): Promise<{ ring: SessionHost; server: OpenAiServer }> {
+  const encoding = stringOption(ctx, 'activations') ?? 'f32';
+  if (!ACTIVATION_ENCODINGS.includes(encoding as ActivationEncoding)) throw new KiwiError('USAGE', `--activations must be one of ${ACTIVATION_ENCODINGS.join(', ')}, got '${encoding}'`);
+  const contextText = stringOption(ctx, 'context');
+  const threadsText = stringOption(ctx, 'threads');
+  const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
+  const file = await openGguf(model);
+  const ring = new SessionHost(host, {
+    modelPath: model,
+    modelSizes: modelSizesFromSummary(summarizeModel(file)),
+    session: {},
+    ...(expect !== undefined ? { expect } : {}),
+    settleMs: intOption(stringOption(ctx, 'settle-ms') ?? '3000', 'settle-ms', 0, 3_600_000),
+    // Without a benchmark of its own, the host stands in its RAM (memory tier) for every device that reports none.
+    hostDevice: { memoryBytes: totalmem() },
+    wire: { encoding: encoding as ActivationEncoding, zstd: booleanOption(ctx, 'zstd') },
+    maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
+    maxBatch: parallel,
+    ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
+    ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
+  });
+  const lan = booleanOption(ctx, 'lan');
+  const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
+  const server = await startOpenAiServer(ring.backend, {
+    host: lan ? '0.0.0.0' : '127.0.0.1',
+    port: intOption(stringOption(ctx, 'port') ?? '8080', 'port', 0, 65535),
+    maxActive: parallel,
+    maxQueue: intOption(stringOption(ctx, 'max-queue') ?? '64', 'max-queue', 0, 100_000),
+    ...(apiKey !== undefined ? { apiKey } : {}),
+    onError: (err) => ctx.stderr.write(`kiwi host: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
+  });
+  ring.on('plan', (plan) => print('plan', { ...plan }, `plan: ${plan.stages.map((s) => `${s.device} [${s.start}, ${s.end})${s.head ? ' head' : ''}`).join(' → ')}`));
+  ring.on('assigned', (s) => print('assigned', { peer: s.peer, name: s.name, start: s.start, end: s.end, head: s.head }, `${s.name} takes layers ${s.start}-${s.end}`));
+  ring.on('weights-progress', (p) => print('weights-progress', { name: p.name, received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `${p.name}: ${p.receivedBytes} of ${p.totalBytes} bytes of weights`));
+  ring.on('ready', (s) => print('stage-ready', { peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0 }, `${s.name} is ready (layers ${s.start}-${s.end})`));
+  ring.on('serving', () => print('serving', { url: server.url }, `Serving the OpenAI-compatible API at ${server.url}`));
+  ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
+  ring.form(ctx.signal).catch((err: unknown) => {
+    // form() already reported a KiwiError as an error event; anything else is a bug.
+    if (!isKiwiError(err)) throw err;
+  });
+  return { ring, server };
+}

@@ -1,9 +1,16 @@
 // `kiwi join CODE`: joins the session of that code, keeps the membership alive with heartbeats,
-// reconnects after a dropped connection and takes part in ring links. A wrong code exits non-zero.
+// reconnects after a dropped connection and takes part in ring links. When the host assigns a layer
+// range it loads those layers (its own --model copy, earlier transfers, or streamed from the host)
+// and runs them in the ring (engine/pipeline/ring-member.ts). A wrong code exits non-zero.
 import { readFile, stat } from 'node:fs/promises';
 import { hostname } from 'node:os';
+import { createInterface } from 'node:readline';
 import { isKiwiError, KiwiError } from '../engine/errors.js';
 import { findOnLan } from '../engine/session/lan-beacon.js';
+import { join } from 'node:path';
+import { kiwiCacheDir } from '../engine/paths.js';
+import { RingMember } from '../engine/pipeline/ring-member.js';
+import { ShardCache } from '../engine/runtime/shard-cache.js';
 import { MemberSession } from '../engine/session/member.js';
 import { parseSessionCode } from '../engine/session/session-code.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
@@ -26,6 +33,9 @@ export const joinCommand = defineCommand({
     'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
     capabilities: { type: 'string', valueName: 'FILE', description: 'Device summary to show the host (the output of `kiwi bench --json`)' },
     'heartbeat-ms': { type: 'string', valueName: 'MS', description: 'Interval of heartbeats to the host', default: '5000' },
+    model: { type: 'string', valueName: 'FILE', description: 'This machine\'s own copy of the host\'s model (else its layers come from the host)' },
+    threads: { type: 'string', valueName: 'N', description: 'CPU threads for this member\'s stage (default: all cores)' },
+    'no-shard-cache': { type: 'boolean', description: 'Build the stage graph in memory instead of using the shard cache' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
   },
   async run(ctx) {
@@ -54,6 +64,25 @@ export const joinCommand = defineCommand({
       if (s.state === 'up' && s.rttMs !== undefined) print('link', { peer: s.peer, kind: s.kind, rtt_ms: Number(s.rttMs.toFixed(3)) }, `link to ${s.peer}: ${s.kind}, ${s.rttMs.toFixed(2)} ms`);
     });
     member.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
+    const modelPath = stringOption(ctx, 'model');
+    const threadsText = stringOption(ctx, 'threads');
+    const ring = new RingMember(member, {
+      ...(modelPath !== undefined ? { modelPath } : {}),
+      weightsDir: join(kiwiCacheDir(), 'weights'),
+      ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
+      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
+    });
+    ring.on('assigned', (a) => print('assigned', { start: a.start, end: a.end, head: a.head }, `assigned layers ${a.start}-${a.end}`));
+    ring.on('weights-progress', (p) => print('weights-progress', { received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `weights: ${p.receivedBytes} of ${p.totalBytes} bytes`));
+    ring.on('ready', (r) => print('ready', { source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
+    ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
+    // `status` on stdin: this member's stage and the requests whose KV caches it holds.
+    const rl = createInterface({ input: process.stdin, terminal: false });
+    rl.on('line', (line) => {
+      if (line.trim() !== 'status') return;
+      const status = { ...ring.status(), links: member.linkStatuses() };
+      print('status', status, JSON.stringify(status, null, 2));
+    });
     const fatal = new Promise<KiwiError>((resolve) => member.once('fatal', resolve));
     const fail = (err: KiwiError): number => {
       // The --json contract wants an error event; text mode lets cli.ts print the message.
@@ -65,13 +94,19 @@ export const joinCommand = defineCommand({
     try {
       await member.connect();
     } catch (err) {
+      rl.close();
       if (!isKiwiError(err)) throw err;
       return fail(err);
     }
     let failure: KiwiError | undefined;
     await untilStopped(ctx.signal, fatal.then((err) => (failure = err)));
-    if (failure !== undefined) return fail(failure);
+    if (failure !== undefined) {
+      rl.close();
+      return fail(failure);
+    }
+    rl.close();
     await member.leave();
+    await ring.close();
     return 0;
   },
 });

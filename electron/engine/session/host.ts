@@ -69,6 +69,8 @@ export interface HostEvents {
   'pake-failed': [peer: number, reason: string];
   'nameplate-closed': [reason: string];
   link: [status: { a: number; b: number } & RingLinkStatus];
+  /** A pipeline message from a member (engine/pipeline validates the body). */
+  pipeline: [memberId: string, body: Record<string, unknown>];
   /** An error that did not stop the session (a misbehaving member, a broken link). */
   warning: [error: KiwiError];
   closed: [reason: string];
@@ -93,6 +95,7 @@ export class HostSession extends EventEmitter<HostEvents> {
   private readonly controls = new Map<number, Connected>();
   private readonly ringLinks = new Map<string, { a: number; b: number } & RingLinkStatus>();
   private ringPairs = new Set<string>();
+  private ringOrder: string[] = [];
   private tickTimer: NodeJS.Timeout | undefined;
   private closing = false;
   /** Stops the LAN beacon, when one runs. */
@@ -134,6 +137,31 @@ export class HostSession extends EventEmitter<HostEvents> {
   /** Approves or rejects a pending member (when not auto-approving). */
   decide(memberId: string, approve: boolean): void {
     this.dispatch(approve ? { type: 'approved', memberId, at: this.now() } : { type: 'rejected', memberId, at: this.now() });
+  }
+
+  /** Sends a pipeline message to a connected member; false when it is not connected now. */
+  sendPipeline(memberId: string, body: Record<string, unknown>): boolean {
+    for (const conn of this.controls.values()) {
+      if (conn.memberId === memberId && !conn.link.closed) {
+        this.sendControl(conn, { type: 'pipeline', body });
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The host's secure ring link to a neighbour, once up. */
+  ringLink(peer: number): SecureLink | undefined {
+    return this.links.link(peer);
+  }
+
+  /**
+   * Sets the ring order the planner chose (member ids after the host); members not listed follow
+   * in join order. Ring neighbours that changed get fresh link keys.
+   */
+  setRingOrder(memberIds: readonly string[]): void {
+    this.ringOrder = [...memberIds];
+    this.updateRing();
   }
 
   status(): SessionStatus {
@@ -278,6 +306,9 @@ export class HostSession extends EventEmitter<HostEvents> {
       case 'link-status':
         this.onLinkStatus(conn.peer, { peer: msg.peer, state: 'up', kind: msg.kind, rttMs: msg.rttMs });
         return;
+      case 'pipeline':
+        this.emit('pipeline', memberId, msg.body);
+        return;
     }
   }
 
@@ -310,7 +341,13 @@ export class HostSession extends EventEmitter<HostEvents> {
   }
 
   private ring(): number[] {
-    const members = activeMembers(this.membership).sort((a, b) => a.joinedAtMs - b.joinedAtMs || a.memberId.localeCompare(b.memberId));
+    const rank = (id: string): number => {
+      const i = this.ringOrder.indexOf(id);
+      return i < 0 ? Number.MAX_SAFE_INTEGER : i;
+    };
+    const members = activeMembers(this.membership).sort(
+      (a, b) => rank(a.memberId) - rank(b.memberId) || a.joinedAtMs - b.joinedAtMs || a.memberId.localeCompare(b.memberId),
+    );
     return [HOST_PEER, ...members.map((m) => m.peer)];
   }
 

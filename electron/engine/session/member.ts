@@ -43,6 +43,8 @@ export interface MemberEvents {
   rejected: [reason: string];
   disconnected: [reason: string];
   link: [status: RingLinkStatus];
+  /** A pipeline message from the host (engine/pipeline validates the body). */
+  pipeline: [body: Record<string, unknown>];
   /** A fatal error: the member stopped. */
   fatal: [error: KiwiError];
   warning: [error: KiwiError];
@@ -214,6 +216,9 @@ export class MemberSession extends EventEmitter<MemberEvents> {
         return;
       case 'evicted':
         this.emit('warning', new KiwiError('SESSION_EVICTED', `The host evicted this member: ${msg.reason}.`));
+        return;
+      case 'pipeline':
+        this.emit('pipeline', msg.body);
         return;
       case 'welcome':
       case 'rejected':

@@ -24,6 +24,7 @@ const address = z.string().max(200).regex(/^wss?:\/\/[^\s]+$/, 'ws address');
 const capabilities = z.record(z.string().max(64), z.unknown());
 const peer = z.number().int().min(0).max(0xffff);
 const linkRole = z.enum(['initiator', 'responder']);
+const pipelineBody = z.record(z.string().max(64), z.unknown());
 
 export const MemberToHost = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('hello'), memberId, name, addresses: z.array(address).max(8), capabilities: capabilities.optional() }),
@@ -31,6 +32,8 @@ export const MemberToHost = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('capabilities'), capabilities }),
   z.strictObject({ type: z.literal('leave') }),
   z.strictObject({ type: z.literal('link-status'), peer, kind: z.enum(['direct', 'relayed']), rttMs: z.number().nonnegative().max(600_000) }),
+  /** Pipeline traffic (assignments, readiness, weights); its body is validated by engine/pipeline. */
+  z.strictObject({ type: z.literal('pipeline'), body: pipelineBody }),
 ]);
 export type MemberToHost = z.infer<typeof MemberToHost>;
 
@@ -41,6 +44,7 @@ export const HostToMember = z.discriminatedUnion('type', [
   /** Keys for a ring link to another participant (the host is peer 0). */
   z.strictObject({ type: z.literal('link'), peer, linkId: b64(16), secret: b64(32), role: linkRole, addresses: z.array(address).max(8) }),
   z.strictObject({ type: z.literal('evicted'), reason: z.string().max(200) }),
+  z.strictObject({ type: z.literal('pipeline'), body: pipelineBody }),
 ]);
 export type HostToMember = z.infer<typeof HostToMember>;
 

@@ -1,0 +1,96 @@
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isKiwiError } from '../errors.js';
+import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
+import { testModelPath } from '../model/test-models.js';
+import { modelFingerprint } from '../runtime/shard-cache.js';
+import { hashSpans, PartialModel, stageSpans, stageTensorNames } from './member-weights.js';
+
+let dir: string;
+let path: string;
+let file: GgufFile;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kiwi-weights-'));
+  path = await testModelPath('stories260K.gguf');
+  file = await openGguf(path);
+});
+afterAll(() => rm(dir, { recursive: true, force: true }));
+
+/** Copies the spans from the real file into the partial one as the host would stream them. */
+async function transfer(partial: PartialModel, spans: Awaited<ReturnType<typeof hashSpans>>, corrupt = false): Promise<void> {
+  const bytes = await readFile(path);
+  for (const s of spans) {
+    const data = bytes.subarray(s.offset, s.offset + s.bytes).slice();
+    if (corrupt && data.length > 0) data[0] = (data[0]! + 1) & 0xff;
+    await partial.write(s.offset, data, spans);
+    await partial.verify(s);
+  }
+}
+
+describe('a member\'s weights', () => {
+  it('names only the blocks of its range, plus the embedding when it starts at layer 0', () => {
+    const mid = stageTensorNames(file, { start: 1, end: 3 });
+    expect(mid.every((n) => /^blk\.[12]\./.test(n))).toBe(true);
+    expect(mid.length).toBe(file.tensors.filter((t) => /^blk\.[12]\./.test(t.name)).length);
+    expect(stageTensorNames(file, { start: 0, end: 1 })).toContain('token_embd.weight');
+    expect(stageTensorNames(file, { start: 0, end: 5 })).not.toContain('output_norm.weight');
+  });
+
+  it('covers the header and its tensors with few spans, far less than the whole file', () => {
+    const spans = stageSpans(file, { start: 1, end: 3 });
+    expect(spans[0]).toEqual({ offset: 0, bytes: file.dataOffset });
+    const total = spans.reduce((n, s) => n + s.bytes, 0);
+    expect(total).toBeLessThan(file.fileSize / 2);
+    for (const n of stageTensorNames(file, { start: 1, end: 3 })) {
+      const t = file.tensor(n)!;
+      expect(spans.some((s) => t.offset >= s.offset && t.offset + t.byteLength <= s.offset + s.bytes)).toBe(true);
+    }
+  });
+
+  it('builds a partial GGUF that opens like the original, with the same fingerprint and tensor bytes', async () => {
+    const spans = await hashSpans(path, stageSpans(file, { start: 1, end: 3 }));
+    const partial = await PartialModel.open(join(dir, 'a'), await modelFingerprint(file), file.fileSize);
+    await transfer(partial, spans);
+    const copy = await openGguf(partial.path);
+    expect(await modelFingerprint(copy)).toBe(await modelFingerprint(file));
+    const original = await readFile(path);
+    const got = await readFile(partial.path);
+    const t = file.tensor('blk.2.attn_q.weight')!;
+    expect(Buffer.compare(got.subarray(t.offset, t.offset + t.byteLength), original.subarray(t.offset, t.offset + t.byteLength))).toBe(0);
+    expect((await stat(partial.path)).size).toBe(file.fileSize);
+    expect(partial.missing(spans)).toEqual([]);
+  });
+
+  it('resumes: a reopened partial model asks only for the spans it has not verified', async () => {
+    const spans = await hashSpans(path, stageSpans(file, { start: 3, end: 5 }));
+    const fp = await modelFingerprint(file);
+    const first = await PartialModel.open(join(dir, 'b'), fp, file.fileSize);
+    await transfer(first, spans.slice(0, 1));
+    const again = await PartialModel.open(join(dir, 'b'), fp, file.fileSize);
+    expect(again.missing(spans)).toEqual(spans.slice(1));
+  });
+
+  it('lets two members on one machine fill the same file at once without losing either\'s progress', async () => {
+    const fp = await modelFingerprint(file);
+    const [first, second] = await Promise.all([
+      hashSpans(path, stageSpans(file, { start: 0, end: 2 })),
+      hashSpans(path, stageSpans(file, { start: 2, end: 5 })),
+    ]);
+    const [p1, p2] = await Promise.all([PartialModel.open(join(dir, 'd'), fp, file.fileSize), PartialModel.open(join(dir, 'd'), fp, file.fileSize)]);
+    await Promise.all([transfer(p1, first), transfer(p2, second)]);
+    const later = await PartialModel.open(join(dir, 'd'), fp, file.fileSize);
+    expect(later.missing([...first, ...second])).toEqual([]);
+  });
+
+  it('refuses corrupted bytes and bytes outside the announced spans', async () => {
+    const spans = await hashSpans(path, stageSpans(file, { start: 1, end: 2 }));
+    const partial = await PartialModel.open(join(dir, 'c'), await modelFingerprint(file), file.fileSize);
+    await expect(transfer(partial, spans, true)).rejects.toSatisfy((e) => isKiwiError(e, 'WEIGHTS_TRANSFER_FAILED'));
+    const end = spans[spans.length - 1]!;
+    await expect(partial.write(end.offset + end.bytes + 1, new Uint8Array(4), spans)).rejects.toSatisfy((e) => isKiwiError(e, 'WEIGHTS_TRANSFER_FAILED'));
+    expect(partial.missing(spans)).toEqual(spans);
+  });
+});

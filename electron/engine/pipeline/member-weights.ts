@@ -1,0 +1,156 @@
+// A member's copy of the model: either its own full GGUF (checked by fingerprint) or a partial
+// GGUF under the cache: a sparse file of the host file's size holding the header and exactly the
+// byte spans of this member's tensors at their original offsets, so the GGUF reader, the shard
+// cache key and the stage loader work on it unchanged and nothing else is ever stored.
+// progress.jsonl records the spans already verified (sha256), so an interrupted transfer resumes.
+import { createHash } from 'node:crypto';
+import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { KiwiError } from '../errors.js';
+import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import type { LayerRange } from '../runtime/layer-range.js';
+
+export interface Span {
+  offset: number;
+  bytes: number;
+}
+
+export interface HashedSpan extends Span {
+  sha256: string;
+}
+
+/**
+ * Tensors a member stage of `range` reads (no head: the host is the head): its blocks, the token
+ * embedding when it starts at layer 0, and small model-wide tensors (rope frequencies).
+ */
+export function stageTensorNames(file: GgufFile, range: LayerRange): string[] {
+  const names: string[] = [];
+  for (const t of file.tensors) {
+    const m = /^blk\.(\d+)\./.exec(t.name);
+    if (m !== null) {
+      const L = Number(m[1]);
+      if (L >= range.start && L < range.end) names.push(t.name);
+    } else if (t.name === 'token_embd.weight' ? range.start === 0 : t.name !== 'output.weight' && t.name !== 'output_norm.weight') {
+      names.push(t.name);
+    }
+  }
+  return names;
+}
+
+/** The spans a member needs: the header (metadata + tensor index) and its tensors' bytes, merged when adjacent. */
+export function stageSpans(file: GgufFile, range: LayerRange): Span[] {
+  const spans: Span[] = [{ offset: 0, bytes: file.dataOffset }];
+  const tensors = stageTensorNames(file, range)
+    .map((n) => file.tensor(n)!)
+    .map((t) => ({ offset: t.offset, bytes: t.byteLength }))
+    .sort((a, b) => a.offset - b.offset);
+  for (const s of tensors) {
+    const last = spans[spans.length - 1]!;
+    if (last.offset + last.bytes === s.offset) last.bytes += s.bytes;
+    else spans.push({ ...s });
+  }
+  return spans;
+}
+
+/** Reads the spans from the host's file and hashes them (the host side of a transfer). */
+export async function hashSpans(path: string, spans: readonly Span[]): Promise<HashedSpan[]> {
+  const fh = await open(path, 'r');
+  try {
+    const out: HashedSpan[] = [];
+    for (const s of spans) {
+      const h = createHash('sha256');
+      for (let at = 0; at < s.bytes; at += 1 << 20) {
+        const n = Math.min(1 << 20, s.bytes - at);
+        const buf = Buffer.allocUnsafe(n);
+        await fh.read(buf, 0, n, s.offset + at);
+        h.update(buf);
+      }
+      out.push({ ...s, sha256: h.digest('hex') });
+    }
+    return out;
+  } finally {
+    await fh.close();
+  }
+}
+
+interface Progress {
+  fingerprint: string;
+  done: HashedSpan[];
+}
+
+const sameSpan = (a: HashedSpan, b: HashedSpan): boolean => a.offset === b.offset && a.bytes === b.bytes && a.sha256 === b.sha256;
+
+/** The verified spans recorded for a file (a line cut short by a crash is ignored: that span is simply sent again). */
+async function readProgress(path: string, fingerprint: string): Promise<Progress> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { fingerprint, done: [] };
+    throw err;
+  }
+  const done: HashedSpan[] = [];
+  for (const line of text.split('\n')) {
+    try {
+      const s = JSON.parse(line) as HashedSpan;
+      if (Number.isSafeInteger(s.offset) && Number.isSafeInteger(s.bytes) && typeof s.sha256 === 'string') done.push(s);
+    } catch {
+      // An empty or partial line.
+    }
+  }
+  return { fingerprint, done };
+}
+
+/** The receiving side: a partial GGUF being filled span by span. */
+export class PartialModel {
+  private constructor(
+    readonly path: string,
+    private readonly progressPath: string,
+    private progress: Progress,
+    readonly fileBytes: number,
+  ) {}
+
+  static async open(dir: string, fingerprint: string, fileBytes: number): Promise<PartialModel> {
+    await mkdir(dir, { recursive: true });
+    const path = join(dir, `${fingerprint}.gguf`);
+    const progressPath = join(dir, `${fingerprint}.progress.jsonl`);
+    const progress = await readProgress(progressPath, fingerprint);
+    const fh = await open(path, 'a+');
+    try {
+      // A sparse file of the full size: spans land at their own offsets; the rest takes no disk.
+      if ((await fh.stat()).size !== fileBytes) await fh.truncate(fileBytes);
+    } finally {
+      await fh.close();
+    }
+    return new PartialModel(path, progressPath, progress, fileBytes);
+  }
+
+  /** The spans of `plan` not yet verified here. */
+  missing(plan: readonly HashedSpan[]): HashedSpan[] {
+    return plan.filter((s) => !this.progress.done.some((d) => sameSpan(d, s)));
+  }
+
+  async write(offset: number, data: Uint8Array, plan: readonly HashedSpan[]): Promise<void> {
+    if (!plan.some((s) => offset >= s.offset && offset + data.length <= s.offset + s.bytes)) {
+      throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The host sent ${data.length} bytes at ${offset}, outside the spans it announced.`);
+    }
+    const fh = await open(this.path, 'r+');
+    try {
+      await fh.write(data, 0, data.length, offset);
+    } finally {
+      await fh.close();
+    }
+  }
+
+  /** Hashes a span after its last chunk; records it when it matches. */
+  async verify(span: HashedSpan): Promise<void> {
+    const [got] = await hashSpans(this.path, [span]);
+    if (got?.sha256 !== span.sha256) {
+      throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The bytes at ${span.offset} (+${span.bytes}) do not match the host's sha256; the transfer was corrupted. Join again to retry.`);
+    }
+    // An append-only log of one JSON line per verified span: several members on one machine may
+    // fill the same file (different spans) at once, and small O_APPEND writes never interleave.
+    this.progress.done.push(span);
+    await appendFile(this.progressPath, `${JSON.stringify(span)}\n`);
+  }
+}

@@ -1,0 +1,192 @@
+// The host's end of the ring: it embeds (and runs its own first blocks, when the plan gives it
+// some), sends each step to the first member, receives the last member's hidden states and runs
+// the head (final norm + output projection) to get logits. Many steps may be in flight at once,
+// each at a different stage; results are matched to steps by id. A link that closes or a stage
+// that fails ends only the steps it affects, with RING_BROKEN or the stage's own error code.
+import { isKiwiError, KiwiError } from '../errors.js';
+import type { KvCache, Stage } from '../runtime/stage.js';
+import type { SecureLink } from '../transport/secure-link.js';
+import { decodeStepFrame, encodeStepFrame, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
+import { decodeRingEvent, encodeRingEvent, encodeRingStep, parseStepMetadata, RingKind, stepMetadata, type StepRow } from './ring-protocol.js';
+
+export interface RingLinks {
+  /** The secure link to a ring neighbour, or undefined while it is down. */
+  link(peer: number): SecureLink | undefined;
+}
+
+export interface RingEngineOptions {
+  /** The host's own blocks [0, a) (a > 0), or undefined when the first member embeds. */
+  first: Stage | undefined;
+  /** The head: zero blocks, final norm and output projection ([n, n) with head). */
+  head: Stage;
+  firstPeer: number;
+  lastPeer: number;
+  wire: WireOptions;
+  maxFrameBytes?: number;
+  /** Called once when the ring breaks (a link closed, a protocol violation); every later step fails. */
+  onBroken?: (err: KiwiError) => void;
+}
+
+export interface StepTiming {
+  /** Wall time of the whole step, host to host. */
+  ringMs: number;
+  /** Of which the host's own stages. */
+  hostMs: number;
+  /** Compute time each member stage reported, by its layer range ('2-5'). */
+  stageMs: Record<string, number>;
+}
+
+interface Pending {
+  rows: StepRow[];
+  started: number;
+  hostMs: number;
+  resolve: (logits: Float32Array[]) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Runs one thing at a time on a stage (its onnxruntime session and the caches it writes). */
+class Serial {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(f: () => Promise<T>): Promise<T> {
+    const p = this.tail.then(f, f);
+    this.tail = p.catch(() => undefined);
+    return p;
+  }
+}
+
+export class RingEngine {
+  private readonly pending = new Map<number, Pending>();
+  private readonly caches = new Map<number, { first: KvCache | undefined; head: KvCache }>();
+  private nextStep = 1;
+  private readonly firstLock = new Serial();
+  private readonly headLock = new Serial();
+  private readonly attached = new WeakSet<SecureLink>();
+  /** Recent step timings for status displays (newest last). */
+  readonly timings: StepTiming[] = [];
+  private broken: KiwiError | undefined;
+
+  constructor(
+    private readonly links: RingLinks,
+    private readonly opts: RingEngineOptions,
+  ) {
+    this.attach(opts.lastPeer);
+    this.attach(opts.firstPeer);
+  }
+
+  get vocab(): number {
+    return this.opts.head.shape.vocab;
+  }
+
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  /** Listens on a ring link (call again when a link came back up). */
+  attach(peer: number): void {
+    const link = this.links.link(peer);
+    if (link === undefined || this.attached.has(link)) return;
+    this.attached.add(link);
+    link.onMessage((bytes) => void this.onMessage(bytes.slice()));
+    link.onClose((info) => this.breakRing(new KiwiError('RING_BROKEN', `The ring link to peer ${peer} closed (${info.reason}); requests in flight failed.`)));
+  }
+
+  /** Opens the host's caches for a request of at most `capacity` positions. */
+  open(id: number, capacity: number): void {
+    this.caches.set(id, { first: this.opts.first?.emptyCache(capacity), head: this.opts.head.emptyCache(capacity) });
+  }
+
+  /** Frees a request on the host and, through a `free` event around the ring, on every member. */
+  free(ids: readonly number[]): void {
+    for (const id of ids) this.caches.delete(id);
+    const link = this.links.link(this.opts.firstPeer);
+    if (link !== undefined && !link.closed) link.send(encodeRingEvent({ type: 'free', ids: [...ids] }));
+  }
+
+  /**
+   * One step for rows of requests: one row of many tokens (prefill) or many rows of one token.
+   * `pos` is each request's position before this step; returns each row's last-position logits.
+   */
+  async step(rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number }>): Promise<Float32Array[]> {
+    if (this.broken !== undefined) throw this.broken;
+    const batch = rows.length;
+    const seq = rows[0]?.tokens.length ?? 0;
+    const ids = BigInt64Array.from(rows.flatMap((r) => r.tokens.map(BigInt))); // [batch, seq]
+    const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap }));
+    const step = this.nextStep++;
+    const started = performance.now();
+    let tensor: StepTensor = { kind: 'ids', ids, dims: [batch, seq] };
+    let hostMs = 0;
+    const first = this.opts.first;
+    if (first !== undefined) {
+      const caches = rows.map((r) => this.cachesOf(r.id).first!);
+      const out = await this.firstLock.run(() => first.forward({ kind: 'ids', ids, batch, seq }, caches));
+      if (out.kind !== 'hidden') throw new Error('the host\'s first stage returned logits');
+      tensor = { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, first.shape.hidden] };
+      hostMs += performance.now() - started;
+    }
+    const frame = await encodeStepFrame({ metadata: stepMetadata(step, meta), tensor }, this.opts.wire);
+    const link = this.links.link(this.opts.firstPeer);
+    if (link === undefined || link.closed) throw new KiwiError('RING_BROKEN', `The ring link to the first member (peer ${this.opts.firstPeer}) is down.`);
+    const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, started, hostMs, resolve, reject }));
+    link.send(encodeRingStep(frame));
+    return result;
+  }
+
+  private cachesOf(id: number): { first: KvCache | undefined; head: KvCache } {
+    const c = this.caches.get(id);
+    if (c === undefined) throw new Error(`request ${id} has no caches on the host (open it first)`);
+    return c;
+  }
+
+  private async onMessage(msg: Uint8Array): Promise<void> {
+    try {
+      if (msg[0] === RingKind.EVENT) {
+        const e = decodeRingEvent(msg.subarray(1));
+        if (e.type === 'step-failed') {
+          const p = this.pending.get(e.step);
+          this.pending.delete(e.step);
+          p?.reject(new KiwiError(e.code, `A ring stage failed: ${e.message}`));
+        }
+        // A `free` event that went all the way round ends here.
+        return;
+      }
+      if (msg[0] !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(msg[0])}.`);
+      const head = this.opts.head;
+      const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: this.opts.maxFrameBytes ?? 256 * 1024 * 1024, hidden: head.shape.hidden });
+      const t = frame.tensor;
+      if (t.kind !== 'hidden') throw new KiwiError('RING_PROTOCOL', 'The last stage sent token ids instead of hidden states.');
+      const { step, rows } = parseStepMetadata(frame.metadata, t.dims[0]);
+      const p = this.pending.get(step);
+      if (p === undefined) throw new KiwiError('RING_PROTOCOL', `The ring returned step ${step}, which is not in flight.`);
+      this.pending.delete(step);
+      try {
+        const h0 = performance.now();
+        const caches = rows.map((r) => this.cachesOf(r.id).head);
+        const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches));
+        if (out.kind !== 'logits') throw new Error('the head stage returned hidden states');
+        const v = head.shape.vocab;
+        const now = performance.now();
+        const stageMs: Record<string, number> = {};
+        for (const [k, v] of Object.entries(frame.metadata)) {
+          const ms = Number(v);
+          if (k.startsWith('ms.') && Number.isFinite(ms)) stageMs[k.slice(3)] = ms;
+        }
+        this.timings.push({ ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs });
+        if (this.timings.length > 64) this.timings.shift();
+        p.resolve(rows.map((_, b) => out.logits.slice(b * v, (b + 1) * v)));
+      } catch (err) {
+        p.reject(err);
+      }
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      this.breakRing(err);
+    }
+  }
+
+  private breakRing(err: KiwiError): void {
+    if (this.broken === undefined) this.opts.onBroken?.(err);
+    this.broken = err;
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+  }
+}

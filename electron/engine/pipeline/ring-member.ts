@@ -1,0 +1,296 @@
+// A member's part of the ring: takes its assignment from the host, obtains its weights (its own
+// copy of the model, an earlier transfer, or streamed from the host now), opens its Stage, and then
+// runs every step that arrives from its ring neighbour, sending the result to the next one. Steps
+// run one at a time in arrival order, so each request's KV cache grows in order; per-request caches
+// live here until a `free` event (request ended or cancelled) passes through.
+import { EventEmitter } from 'node:events';
+import { isKiwiError, KiwiError } from '../errors.js';
+import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
+import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
+import type { ExecutionProvider } from '../runtime/ort-session.js';
+import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
+import { Stage, type KvCache, type StageInput } from '../runtime/stage.js';
+import type { MemberSession } from '../session/member.js';
+import { decodeStepFrame, encodeStepFrame, type WireOptions } from '../transport/tensor-frame.js';
+import type { SecureLink } from '../transport/secure-link.js';
+import { PartialModel, type HashedSpan } from './member-weights.js';
+import {
+  Assign, decodeRingEvent, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody, parseStepMetadata, RingKind,
+  type MemberToHostBody, type RingEvent, type WeightsPlan,
+} from './ring-protocol.js';
+
+export interface RingMemberOptions {
+  /** This member's own copy of the model, if it has one (used when its fingerprint matches). */
+  modelPath?: string;
+  /** Where partial models received from the host are kept. */
+  weightsDir: string;
+  cache?: ShardCache;
+  provider?: ExecutionProvider;
+  threads?: number;
+  /** Largest step frame accepted (decoded). Default 256 MiB. */
+  maxFrameBytes?: number;
+}
+
+export interface RingMemberEvents {
+  assigned: [a: { start: number; end: number; head: boolean }];
+  'weights-progress': [p: { receivedBytes: number; totalBytes: number }];
+  ready: [r: { source: 'local' | 'cache' | 'host'; transferredBytes: number; loadMs: number }];
+  error: [err: KiwiError];
+}
+
+interface Transfer {
+  plan: HashedSpan[];
+  partial: PartialModel;
+  missing: HashedSpan[];
+  receivedBytes: number;
+  totalBytes: number;
+  lastReportedBytes: number;
+  done: () => void;
+  failed: (err: KiwiError) => void;
+}
+
+const PROGRESS_EVERY_BYTES = 1 << 20;
+
+export class RingMember extends EventEmitter<RingMemberEvents> {
+  private stage: Stage | undefined;
+  private assignment: Assign | undefined;
+  private readonly caches = new Map<number, KvCache>();
+  private queue: Promise<void> = Promise.resolve();
+  private transfer: Transfer | undefined;
+  private pendingPlan: WeightsPlan | undefined;
+  private planWaiter: ((plan: WeightsPlan) => void) | undefined;
+  private readonly attached = new WeakSet<SecureLink>();
+  private closed = false;
+
+  constructor(
+    private readonly session: MemberSession,
+    private readonly opts: RingMemberOptions,
+  ) {
+    super();
+    session.on('pipeline', (body) => this.onControl(body));
+    session.on('link', (s) => {
+      if (s.state === 'up') this.attach(s.peer);
+    });
+  }
+
+  /** Statistics for status displays. */
+  status(): { start: number | undefined; end: number | undefined; ready: boolean; requests: number } {
+    return { start: this.assignment?.start, end: this.assignment?.end, ready: this.stage !== undefined, requests: this.caches.size };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.queue;
+    await this.stage?.dispose();
+    this.stage = undefined;
+  }
+
+  private send(body: MemberToHostBody): void {
+    this.session.send({ type: 'pipeline', body: body as Record<string, unknown> });
+  }
+
+  private onControl(raw: Record<string, unknown>): void {
+    let body: HostToMemberBody;
+    try {
+      body = parsePipelineBody(HostToMemberBody, raw);
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      this.emit('error', err);
+      return;
+    }
+    switch (body.kind) {
+      case 'assign':
+        void this.onAssign(body).catch((err: unknown) => this.fail(err));
+        return;
+      case 'weights-plan':
+        if (this.planWaiter !== undefined) this.planWaiter(body);
+        else this.pendingPlan = body;
+        return;
+      case 'weights-chunk':
+        // Chunks are written in arrival order on the step queue's sibling: the control link is ordered.
+        this.onChunk(body.offset, new Uint8Array(Buffer.from(body.data, 'base64')));
+        return;
+    }
+  }
+
+  private fail(err: unknown): void {
+    if (!isKiwiError(err)) throw err;
+    this.emit('error', err);
+    try {
+      this.send({ kind: 'failed', code: err.code, message: err.message.slice(0, 1000) });
+    } catch (sendErr) {
+      if (!isKiwiError(sendErr)) throw sendErr;
+    }
+  }
+
+  private async onAssign(a: Assign): Promise<void> {
+    if (a.start >= a.end) throw new KiwiError('RING_PROTOCOL', `The host assigned an empty layer range ${a.start}-${a.end}.`);
+    const t0 = performance.now();
+    // A new assignment replaces the old stage once the queue has drained.
+    await this.queue;
+    await this.stage?.dispose();
+    this.stage = undefined;
+    this.caches.clear();
+    this.assignment = a;
+    this.send({ kind: 'assigned', start: a.start, end: a.end });
+    this.emit('assigned', { start: a.start, end: a.end, head: false });
+    const { file, source, transferredBytes } = await this.obtainWeights(a);
+    const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
+    const stage = await Stage.open(file, shape, { start: a.start, end: a.end, head: false }, {
+      ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
+      ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),
+      ...(this.opts.threads !== undefined ? { threads: this.opts.threads } : {}),
+    });
+    if (this.closed || this.assignment !== a) {
+      await stage.dispose();
+      return;
+    }
+    this.stage = stage;
+    const loadMs = performance.now() - t0;
+    this.send({ kind: 'ready', source, transferredBytes, loadMs });
+    this.emit('ready', { source, transferredBytes, loadMs });
+    for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
+  }
+
+  private async obtainWeights(a: Assign): Promise<{ file: GgufFile; source: 'local' | 'cache' | 'host'; transferredBytes: number }> {
+    const plan = await this.nextPlan();
+    if (this.opts.modelPath !== undefined) {
+      const file = await openGguf(this.opts.modelPath);
+      if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };
+    }
+    const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
+    const missing = partial.missing(plan.spans);
+    if (missing.length === 0) return { file: await openGguf(partial.path), source: 'cache', transferredBytes: 0 };
+    const totalBytes = missing.reduce((n, s) => n + s.bytes, 0);
+    await new Promise<void>((resolve, reject) => {
+      this.transfer = { plan: plan.spans, partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, done: resolve, failed: reject };
+      this.send({ kind: 'weights-request', spans: missing.map((s) => ({ offset: s.offset, bytes: s.bytes })) });
+    });
+    this.transfer = undefined;
+    const file = await openGguf(partial.path);
+    if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', 'The received model header does not match the host\'s model.');
+    return { file, source: 'host', transferredBytes: totalBytes };
+  }
+
+  private nextPlan(): Promise<WeightsPlan> {
+    const ready = this.pendingPlan;
+    this.pendingPlan = undefined;
+    if (ready !== undefined) return Promise.resolve(ready);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.')), 60_000);
+      this.planWaiter = (plan) => {
+        clearTimeout(timer);
+        this.planWaiter = undefined;
+        resolve(plan);
+      };
+    });
+  }
+
+  private chunkQueue: Promise<void> = Promise.resolve();
+
+  private onChunk(offset: number, data: Uint8Array): void {
+    const t = this.transfer;
+    if (t === undefined) {
+      this.emit('error', new KiwiError('RING_PROTOCOL', 'The host sent weights nobody asked for.'));
+      return;
+    }
+    this.chunkQueue = this.chunkQueue.then(async () => {
+      if (this.transfer !== t) return;
+      try {
+        await t.partial.write(offset, data, t.missing);
+        t.receivedBytes += data.length;
+        const span = t.missing[0];
+        if (span !== undefined && offset + data.length === span.offset + span.bytes) {
+          await t.partial.verify(span);
+          t.missing.shift();
+        }
+        if (t.receivedBytes - t.lastReportedBytes >= PROGRESS_EVERY_BYTES || t.missing.length === 0) {
+          t.lastReportedBytes = t.receivedBytes;
+          this.send({ kind: 'weights-progress', receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
+          this.emit('weights-progress', { receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
+        }
+        if (t.missing.length === 0) t.done();
+      } catch (err) {
+        this.transfer = undefined;
+        // A disk error (full, read-only) ends the transfer and is reported to the host, not a crash.
+        t.failed(isKiwiError(err) ? err : new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not store the received weights: ${(err as Error).message}`));
+      }
+    });
+  }
+
+  private attach(peer: number): void {
+    const link = this.session.ringLink(peer);
+    if (link === undefined || this.attached.has(link)) return;
+    this.attached.add(link);
+    link.onMessage((bytes) => {
+      // Copy: the link may reuse its buffer, and the step runs later.
+      const msg = bytes.slice();
+      this.queue = this.queue.then(() => this.onRing(msg)).catch((err: unknown) => {
+        if (!isKiwiError(err)) throw err;
+        this.emit('error', err);
+      });
+    });
+  }
+
+  private async onRing(msg: Uint8Array): Promise<void> {
+    const a = this.assignment;
+    const stage = this.stage;
+    if (a === undefined || stage === undefined) throw new KiwiError('RING_NOT_READY', 'A ring message arrived before this member\'s stage was ready.');
+    const kind = msg[0];
+    if (kind === RingKind.EVENT) {
+      const event = decodeRingEvent(msg.subarray(1));
+      if (event.type === 'free') for (const id of event.ids) this.caches.delete(id);
+      return this.forward(a.next, encodeRingEvent(event));
+    }
+    if (kind !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(kind)}.`);
+    let step = -1;
+    try {
+      const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: this.opts.maxFrameBytes ?? 256 * 1024 * 1024, hidden: stage.shape.hidden });
+      const t = frame.tensor;
+      const batch = t.dims[0];
+      const seq = t.dims[1];
+      const meta = parseStepMetadata(frame.metadata, batch);
+      step = meta.step;
+      if (batch > 1 && seq !== 1) throw new KiwiError('RING_PROTOCOL', 'A batched step must add one token per request.');
+      const caches = meta.rows.map((r) => {
+        let c = this.caches.get(r.id);
+        if (c === undefined && r.pos === 0) {
+          c = stage.emptyCache(r.cap);
+          this.caches.set(r.id, c);
+        }
+        if (c === undefined || c.length !== r.pos) {
+          throw new KiwiError('RING_PROTOCOL', `Request ${r.id} is at position ${r.pos} but this stage holds ${c?.length ?? 'no'} positions for it.`);
+        }
+        return c;
+      });
+      const input: StageInput = t.kind === 'ids' ? { kind: 'ids', ids: t.ids, batch, seq } : { kind: 'hidden', hidden: t.hidden, batch, seq };
+      const t0 = performance.now();
+      const out = await stage.forward(input, caches);
+      if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
+      const wire: WireOptions = { encoding: a.encoding, zstd: a.zstd };
+      // Each stage adds its compute time, so the host sees per-stage timing without another message.
+      const metadata = { ...frame.metadata, [`ms.${a.start}-${a.end}`]: (performance.now() - t0).toFixed(3) };
+      const frameOut = await encodeStepFrame({ metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, stage.shape.hidden] } }, wire);
+      await this.forward(a.next, encodeRingStep(frameOut));
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      const failed: RingEvent = { type: 'step-failed', step: Math.max(0, step), code: err.code, message: err.message.slice(0, 1000) };
+      await this.forward(a.next, encodeRingEvent(failed));
+      throw err;
+    }
+  }
+
+  /** Sends to the next stage, waiting briefly for its link when it is being (re)established. */
+  private async forward(peer: number, bytes: Uint8Array): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const link = this.session.ringLink(peer);
+      if (link !== undefined && !link.closed) {
+        link.send(bytes);
+        return;
+      }
+      if (Date.now() > deadline) throw new KiwiError('RING_BROKEN', `The ring link to peer ${peer} is down; the host will re-plan the ring.`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}

@@ -1,0 +1,47 @@
+import { describe, expect, it } from 'vitest';
+import { isKiwiError } from '../errors.js';
+import { decodeRingEvent, encodeRingEvent, HostToMemberBody, MemberToHostBody, parsePipelineBody, parseStepMetadata, RingKind, stepMetadata } from './ring-protocol.js';
+
+const code = (f: () => unknown): string => {
+  try {
+    f();
+  } catch (err) {
+    return isKiwiError(err) ? err.code : String(err);
+  }
+  return 'no error';
+};
+
+describe('ring protocol', () => {
+  it('round-trips step metadata and ring events', () => {
+    const rows = [{ id: 3, pos: 0, cap: 48 }, { id: 9, pos: 17, cap: 64 }];
+    expect(parseStepMetadata(stepMetadata(12, rows), 2)).toEqual({ step: 12, rows });
+    const bytes = encodeRingEvent({ type: 'free', ids: [3, 9] });
+    expect(bytes[0]).toBe(RingKind.EVENT);
+    expect(decodeRingEvent(bytes.subarray(1))).toEqual({ type: 'free', ids: [3, 9] });
+  });
+
+  it('refuses metadata whose rows do not match the batch, or are malformed', () => {
+    expect(code(() => parseStepMetadata(stepMetadata(1, [{ id: 1, pos: 0, cap: 8 }]), 2))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ step: '1', rows: '[{"id":0,"pos":0,"cap":8}]' }, 1))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ step: '-1', rows: '[]' }, 0))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ step: '1', rows: 'not json' }, 1))).toBe('RING_PROTOCOL');
+  });
+
+  it('refuses events that are not JSON, unknown or too large', () => {
+    expect(code(() => decodeRingEvent(new TextEncoder().encode('{')))).toBe('RING_PROTOCOL');
+    expect(code(() => decodeRingEvent(new TextEncoder().encode('{"type":"explode"}')))).toBe('RING_PROTOCOL');
+    expect(code(() => decodeRingEvent(new Uint8Array(70_000)))).toBe('RING_PROTOCOL');
+  });
+
+  it('validates control bodies in both directions', () => {
+    const assign = {
+      kind: 'assign', start: 1, end: 3, prev: 0, next: 2, encoding: 'f16', zstd: true,
+      model: { fingerprint: 'a'.repeat(64), name: 'm.gguf', fileBytes: 10 }, maxPositions: 512,
+    };
+    expect(parsePipelineBody(HostToMemberBody, assign)).toEqual(assign);
+    expect(code(() => parsePipelineBody(HostToMemberBody, { ...assign, encoding: 'f8' }))).toBe('RING_PROTOCOL');
+    expect(code(() => parsePipelineBody(HostToMemberBody, { kind: 'weights-chunk', offset: 0, data: 'x'.repeat(60_000) }))).toBe('RING_PROTOCOL');
+    expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', source: 'host', transferredBytes: 5, loadMs: 1 }).kind).toBe('ready');
+    expect(code(() => parsePipelineBody(MemberToHostBody, { kind: 'ready', source: 'somewhere', transferredBytes: 5, loadMs: 1 }))).toBe('RING_PROTOCOL');
+  });
+});

@@ -1,0 +1,139 @@
+// What travels for the ring pipeline, validated where it enters.
+// Control (inside the session's encrypted control link, as `{type:'pipeline', body}`):
+//   host → member: assign (layer range, ring neighbours, activation wire options, model identity),
+//                  weights-chunk (bytes of the member's tensors when it has no copy of the model)
+//   member → host: assigned, weights-request, weights-progress, ready, failed
+// Ring data (inside ring links, neighbour to neighbour), one message each:
+//   kind u8 = 1 STEP  | step frame (tensor-frame.ts): metadata {step, rows}, ids or hidden states
+//   kind u8 = 2 EVENT | UTF-8 JSON RingEvent: free a request's caches, or a step that failed
+import { z } from 'zod';
+import { KiwiError } from '../errors.js';
+import { ACTIVATION_ENCODINGS } from '../transport/tensor-frame.js';
+
+const peer = z.number().int().min(0).max(0xffff);
+const layer = z.number().int().min(0).max(4096);
+const hex64 = z.string().regex(/^[0-9a-f]{64}$/);
+const requestId = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+
+export const Assign = z.strictObject({
+  kind: z.literal('assign'),
+  start: layer,
+  end: layer,
+  /** Peer whose stage feeds this one, and the peer this stage sends to (0: the host). */
+  prev: peer,
+  next: peer,
+  encoding: z.enum(ACTIVATION_ENCODINGS as ['f32', 'f16', 'int8']),
+  zstd: z.boolean(),
+  /** The model: modelFingerprint() of the host's GGUF, its name and size. */
+  model: z.strictObject({ fingerprint: hex64, name: z.string().max(200), fileBytes: z.number().int().nonnegative() }),
+  maxPositions: z.number().int().min(1).max(16_777_216),
+});
+export type Assign = z.infer<typeof Assign>;
+
+/** One piece of the member's file: bytes [offset, offset + data) of the host's GGUF. */
+export const WeightsChunk = z.strictObject({
+  kind: z.literal('weights-chunk'),
+  offset: z.number().int().nonnegative(),
+  data: z.string().max(48 * 1024).regex(/^[A-Za-z0-9+/]*={0,2}$/),
+});
+export type WeightsChunk = z.infer<typeof WeightsChunk>;
+
+/** The host's answer to a weights request: the spans to expect and their sha256, then chunks. */
+export const WeightsPlan = z.strictObject({
+  kind: z.literal('weights-plan'),
+  spans: z.array(z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative(), sha256: hex64 })).max(8192),
+});
+export type WeightsPlan = z.infer<typeof WeightsPlan>;
+
+export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, WeightsChunk]);
+export type HostToMemberBody = z.infer<typeof HostToMemberBody>;
+
+const span = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
+
+export const MemberToHostBody = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('assigned'), start: layer, end: layer }),
+  /** Byte spans of the host's GGUF the member still needs (the header first, then its tensors). */
+  z.strictObject({ kind: z.literal('weights-request'), spans: z.array(span).max(8192) }),
+  z.strictObject({ kind: z.literal('weights-progress'), receivedBytes: z.number().int().nonnegative(), totalBytes: z.number().int().nonnegative() }),
+  z.strictObject({
+    kind: z.literal('ready'),
+    /** Where its weights came from: its own file, earlier transfers (cache), or the host now. */
+    source: z.enum(['local', 'cache', 'host']),
+    transferredBytes: z.number().int().nonnegative(),
+    loadMs: z.number().nonnegative(),
+  }),
+  z.strictObject({ kind: z.literal('failed'), code: z.string().max(64), message: z.string().max(1000) }),
+]);
+export type MemberToHostBody = z.infer<typeof MemberToHostBody>;
+
+export function parsePipelineBody<T>(schema: z.ZodType<T>, body: unknown): T {
+  const r = schema.safeParse(body);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    throw new KiwiError('RING_PROTOCOL', `A pipeline message is malformed: ${issue?.path.join('.') || 'message'}: ${issue?.message ?? 'invalid'}.`);
+  }
+  return r.data;
+}
+
+// ---- ring data ----
+
+export const RingKind = { STEP: 1, EVENT: 2 } as const;
+
+/** A row of a step: which request, how many positions its caches hold before it, their capacity. */
+export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216) });
+export type StepRow = z.infer<typeof StepRow>;
+
+export const RingEvent = z.discriminatedUnion('type', [
+  /** Requests that ended: every stage drops their caches, then passes this on until it reaches the host. */
+  z.strictObject({ type: z.literal('free'), ids: z.array(requestId).max(4096) }),
+  /** A stage could not run a step: passed on to the host, which fails the step's requests. */
+  z.strictObject({ type: z.literal('step-failed'), step: z.number().int().nonnegative(), code: z.string().max(64), message: z.string().max(1000) }),
+]);
+export type RingEvent = z.infer<typeof RingEvent>;
+
+export function encodeRingEvent(e: RingEvent): Uint8Array {
+  const json = Buffer.from(JSON.stringify(e), 'utf8');
+  const out = new Uint8Array(1 + json.length);
+  out[0] = RingKind.EVENT;
+  out.set(json, 1);
+  return out;
+}
+
+export function encodeRingStep(frame: Uint8Array): Uint8Array {
+  const out = new Uint8Array(1 + frame.length);
+  out[0] = RingKind.STEP;
+  out.set(frame, 1);
+  return out;
+}
+
+const MAX_EVENT_BYTES = 64 * 1024;
+
+export function decodeRingEvent(bytes: Uint8Array): RingEvent {
+  if (bytes.length > MAX_EVENT_BYTES) throw new KiwiError('RING_PROTOCOL', `A ring event of ${bytes.length} bytes exceeds ${MAX_EVENT_BYTES}.`);
+  let json: unknown;
+  try {
+    json = JSON.parse(Buffer.from(bytes).toString('utf8'));
+  } catch {
+    throw new KiwiError('RING_PROTOCOL', 'A ring event is not JSON.');
+  }
+  return parsePipelineBody(RingEvent, json);
+}
+
+/** The step id and rows of a step frame's metadata. */
+export function parseStepMetadata(metadata: Record<string, string>, batch: number): { step: number; rows: StepRow[] } {
+  const step = Number(metadata.step);
+  if (!Number.isSafeInteger(step) || step < 0) throw new KiwiError('RING_PROTOCOL', 'A step frame has no valid step id.');
+  let rows: unknown;
+  try {
+    rows = JSON.parse(metadata.rows ?? '');
+  } catch {
+    throw new KiwiError('RING_PROTOCOL', 'A step frame has no valid rows.');
+  }
+  const parsed = parsePipelineBody(z.array(StepRow).max(4096), rows);
+  if (parsed.length !== batch) throw new KiwiError('RING_PROTOCOL', `A step frame names ${parsed.length} requests for a batch of ${batch}.`);
+  return { step, rows: parsed };
+}
+
+export function stepMetadata(step: number, rows: readonly StepRow[]): Record<string, string> {
+  return { step: String(step), rows: JSON.stringify(rows) };
+}

@@ -1,0 +1,176 @@
+// The ring end to end as real processes on loopback: a rendezvous, a host (`kiwi host --model`)
+// and two members (`kiwi join`), one with its own copy of the model and one that receives its
+// layers from the host; links direct, and once all relayed through the rendezvous. Greedy output through the OpenAI API (the official `openai` SDK) must be
+// exactly `kiwi generate`'s on one machine, token for token, for stories260K and for a synthetic
+// 8-layer model; several concurrent streaming clients each get their own correct text.
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { testModelPath } from '../model/test-models.js';
+import { kiwiEntry, ProcessSet, repoRoot, waitEvent, type Proc } from '../test-support/processes.js';
+
+const run = promisify(execFile);
+const procs = new ProcessSet();
+let dir: string;
+let savedCacheDir: string | undefined;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'kiwi-ring-'));
+  // Every process of this file keeps its shard cache and received weights here.
+  savedCacheDir = process.env.KIWI_CACHE_DIR;
+  process.env.KIWI_CACHE_DIR = join(dir, 'cache');
+});
+afterEach(() => procs.killAll());
+afterAll(async () => {
+  procs.dispose();
+  if (savedCacheDir === undefined) delete process.env.KIWI_CACHE_DIR;
+  else process.env.KIWI_CACHE_DIR = savedCacheDir;
+  await rm(dir, { recursive: true, force: true });
+});
+
+function kiwi(...args: string[]): Proc {
+  const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
+  return procs.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
+}
+
+async function kiwiJson(...args: string[]): Promise<Record<string, unknown>> {
+  const { stdout } = await run(process.execPath, [...kiwiEntry(), ...args, '--json'], { cwd: repoRoot, maxBuffer: 1 << 24 });
+  return JSON.parse(stdout.trim().split('\n').pop() as string) as Record<string, unknown>;
+}
+
+interface Ring {
+  url: string;
+  host: Proc;
+  members: Proc[];
+}
+
+/** rendezvous + host + two members; member `ada` has its own copy of the model, `bob` gets his layers from the host. */
+async function startRing(model: string, extra: { host?: string[]; members?: string[] } = {}): Promise<Ring> {
+  const hostArgs = extra.host ?? [];
+  const memberArgs = extra.members ?? [];
+  const rv = kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json');
+  const rendezvous = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous')).url as string;
+  const host = kiwi('host', '--model', model, '--port', '0', '--rendezvous', rendezvous, '--auto-approve', '--expect', '2', '--json', ...hostArgs);
+  const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code')).code as string;
+  const members = [
+    kiwi('join', code, '--rendezvous', rendezvous, '--name', 'ada', '--model', model, '--json', ...memberArgs),
+    kiwi('join', code, '--rendezvous', rendezvous, '--name', 'bob', '--json', ...memberArgs),
+  ];
+  const serving = await waitEvent(host, (e) => e.event === 'serving', 'the ring to serve', 60_000);
+  return { url: serving.url as string, host, members };
+}
+
+const greedy = { temperature: 0 } as const;
+
+/** Types `status` into a host or member and returns the status it prints. */
+async function askStatus(p: Proc): Promise<Record<string, unknown>> {
+  const seen = p.events.length;
+  p.child.stdin?.write('status\n');
+  return waitEvent(p, (e) => e.event === 'status' && p.events.indexOf(e) >= seen, 'a status listing');
+}
+
+async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const start = Date.now();
+  while (!(await check())) {
+    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('the ring served as an OpenAI API (real processes on loopback)', () => {
+  it('plans the ring over both members and gives exactly the tokens of one machine for stories260K', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    const ring = await startRing(model);
+    const [ada, bob] = ring.members as [Proc, Proc];
+
+    // The plan: the host holds the head and its first blocks, each member a contiguous range.
+    const plan = ring.host.events.find((e) => e.event === 'plan') as { stages: Array<{ device: string; start: number; end: number; head: boolean }> };
+    expect(plan.stages[0]).toMatchObject({ device: 'host', start: 0, head: true });
+    expect(plan.stages.map((s) => s.device).sort()).toEqual(['ada', 'bob', 'host']);
+    expect(plan.stages.at(-1)?.end).toBe(5);
+    for (const [m, name] of [[ada, 'ada'], [bob, 'bob']] as const) {
+      const stage = plan.stages.find((s) => s.device === name)!;
+      expect(m.events.find((e) => e.event === 'assigned')).toEqual({ event: 'assigned', start: stage.start, end: stage.end, head: false });
+    }
+    // ada used her own file; bob received exactly his tensors from the host, not the whole model.
+    expect(await waitEvent(ada, (e) => e.event === 'ready', 'ada ready')).toMatchObject({ source: 'local', transferred_bytes: 0 });
+    const bobReady = await waitEvent(bob, (e) => e.event === 'ready', 'bob ready');
+    expect(bobReady.source).toBe('host');
+    expect(bobReady.transferred_bytes as number).toBeGreaterThan(0);
+    expect(bobReady.transferred_bytes as number).toBeLessThan(1_185_376);
+
+    const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
+    const prompt = 'Once upon a time';
+    const reference = await kiwiJson('generate', '--model', model, '--prompt', prompt, '--max-tokens', '48');
+    const completion = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 48, ...greedy });
+    expect(completion.choices[0]?.text).toBe(reference.text);
+    expect(completion.usage?.completion_tokens).toBe((reference.ids as number[]).length);
+
+    // Token for token: the prompt as ids, streamed, one chunk per token.
+    const stream = await client.completions.create({ model: 'stories260K', prompt: reference.prompt_ids as number[], max_tokens: 48, stream: true, ...greedy });
+    let streamed = '';
+    for await (const chunk of stream) streamed += chunk.choices[0]?.text ?? '';
+    expect(streamed).toBe(reference.text);
+
+    const chatReference = await kiwiJson('generate', '--model', model, '--prompt', 'Tell me a story', '--chat', '--max-tokens', '32');
+    const chat = await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 32, ...greedy });
+    expect(chat.choices[0]?.message.content).toBe(chatReference.text);
+
+    // Concurrent streaming clients, two prompts interleaved: each gets its prompt's text.
+    const other = 'The little dog';
+    const otherReference = await kiwiJson('generate', '--model', model, '--prompt', other, '--max-tokens', '48');
+    const prompts = Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? prompt : other));
+    const texts = await Promise.all(
+      prompts.map(async (p) => {
+        const s = await client.completions.create({ model: 'stories260K', prompt: p, max_tokens: 48, stream: true, ...greedy });
+        let text = '';
+        for await (const chunk of s) text += chunk.choices[0]?.text ?? '';
+        return text;
+      }),
+    );
+    texts.forEach((t, i) => expect(t).toBe(i % 2 === 0 ? reference.text : otherReference.text));
+
+    // A client that disconnects mid-stream: its request ends and every stage frees its KV cache.
+    const long = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 400, stream: true, ...greedy });
+    let chunks = 0;
+    for await (const _chunk of long) if (++chunks === 3) break;
+    await until(async () => {
+      const host = await askStatus(ring.host);
+      const kv = host.kv as { freeBlocks: number; totalBlocks: number };
+      const members = await Promise.all(ring.members.map(askStatus));
+      return kv.freeBlocks === kv.totalBlocks && members.every((m) => m.requests === 0);
+    }, 'every stage to free the cancelled request');
+    const hostStatus = await askStatus(ring.host);
+    expect(hostStatus.requests).toMatchObject({ cancelled: 1, failed: 0 });
+    const timing = hostStatus.timing as { steps: number; meanStageMs: Record<string, number> };
+    expect(timing.steps).toBeGreaterThan(0);
+    expect(Object.keys(timing.meanStageMs).sort()).toEqual(plan.stages.slice(1).map((s) => `${s.start}-${s.end}`).sort());
+    expect(ring.host.events.filter((e) => e.event === 'error')).toEqual([]);
+  }, 180_000);
+
+  it('gives exactly the tokens of one machine for a synthetic 8-layer model over relayed, zstd-compressed links', async () => {
+    const model = join(dir, 'tiny8.gguf');
+    const shape = { name: 'tiny8', architecture: 'llama', blockCount: 8, embeddingLength: 64, headCount: 4, headCountKv: 2, feedForwardLength: 160, vocabSize: 320, contextLength: 512 };
+    await kiwiJson('synth', '--shape', JSON.stringify(shape), '--quant', 'q8_0', '--out', model, '--seed', '7');
+    const ring = await startRing(model, { host: ['--zstd', '--relay-only'], members: ['--relay-only'] });
+    const links = ring.host.events.filter((e) => e.event === 'link' && typeof e.rtt_ms === 'number');
+    expect(links.length).toBeGreaterThanOrEqual(3);
+    expect(links.every((e) => e.kind === 'relayed')).toBe(true);
+    const plan = ring.host.events.find((e) => e.event === 'plan') as { stages: Array<{ start: number; end: number }> };
+    expect(plan.stages[0]?.start).toBe(0);
+    expect(plan.stages.at(-1)?.end).toBe(8);
+    const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
+    for (const prompt of ['hello world', 'a b c d e f']) {
+      // --exact: the server's stages compute Q8_0 blocks exactly (accuracy level 0), as `kiwi serve` does;
+      // generate's default (level 4, int8 activations) would round differently.
+      const reference = await kiwiJson('generate', '--model', model, '--prompt', prompt, '--max-tokens', '40', '--exact');
+      const got = await client.completions.create({ model: 'tiny8', prompt: reference.prompt_ids as number[], max_tokens: 40, ...greedy });
+      expect(got.choices[0]?.text).toBe(reference.text);
+      expect(got.usage?.completion_tokens).toBe((reference.ids as number[]).length);
+    }
+  }, 180_000);
+});

@@ -1,0 +1,95 @@
+// The planner's view of a live session (pure): the host and its active members as fleet devices,
+// from the device summaries members reported (`kiwi bench --json`: fleet_device) or, for a member
+// that sent none, the host's own measurement as a stand-in; ring link RTTs as measured pairs.
+import { z } from 'zod';
+import { KiwiError } from '../errors.js';
+import type { DeviceSpec, Fleet, ModelSizes, PairRtt } from '../planner/fleet.js';
+import { planFleet } from '../planner/plan.js';
+import { toPlanJson, type PlanJson } from '../planner/plan-json.js';
+
+export interface SessionDevice {
+  /** 0: the host; else the member's peer number. */
+  peer: number;
+  name: string;
+  capabilities: Readonly<Record<string, unknown>> | undefined;
+}
+
+const fleetDevice = z.object({
+  memory_bytes: z.number().int().positive(),
+  bandwidth_gbps: z.number().positive().nullable().optional(),
+});
+
+/** A member's reported device, or undefined when it reported nothing usable. */
+export function deviceFromCapabilities(capabilities: Readonly<Record<string, unknown>> | undefined): Omit<DeviceSpec, 'name'> | undefined {
+  const r = fleetDevice.safeParse(capabilities?.fleet_device ?? capabilities);
+  if (!r.success) return undefined;
+  return { memoryBytes: r.data.memory_bytes, ...(r.data.bandwidth_gbps != null ? { bandwidthGBps: r.data.bandwidth_gbps } : {}) };
+}
+
+export interface SessionFleetInput {
+  model: ModelSizes;
+  context: number;
+  concurrency: number;
+  /** The host first. */
+  devices: readonly SessionDevice[];
+  /** What stands in for a device that reported nothing (the host's own measurement). */
+  fallback: Omit<DeviceSpec, 'name'>;
+  links: ReadonlyArray<{ a: number; b: number; rttMs: number | undefined }>;
+}
+
+/** The fleet and, per fleet device index, the session peer it stands for. Names are made unique. */
+export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: number[] } {
+  const used = new Set<string>();
+  const names = input.devices.map((d) => {
+    let name = d.name.slice(0, 120) || `peer-${d.peer}`;
+    for (let i = 2; used.has(name); i++) name = `${d.name.slice(0, 110)}#${i}`;
+    used.add(name);
+    return name;
+  });
+  // Bandwidth is used only when every device has it (chooseTier); a stand-in keeps the tier uniform.
+  const devices: DeviceSpec[] = input.devices.map((d, i) => {
+    const spec = deviceFromCapabilities(d.capabilities) ?? input.fallback;
+    return { name: names[i]!, ...spec };
+  });
+  const index = new Map(input.devices.map((d, i) => [d.peer, i]));
+  const rtts: PairRtt[] = [];
+  for (const l of input.links) {
+    const a = index.get(l.a);
+    const b = index.get(l.b);
+    if (a !== undefined && b !== undefined && l.rttMs !== undefined) rtts.push({ a: names[a]!, b: names[b]!, rttMs: l.rttMs });
+  }
+  return {
+    fleet: { model: input.model, context: input.context, concurrency: input.concurrency, devices, rtts },
+    peers: input.devices.map((d) => d.peer),
+  };
+}
+
+export interface RingStage {
+  /** Session peer (0: the host). */
+  peer: number;
+  start: number;
+  end: number;
+  head: boolean;
+}
+
+/**
+ * Plans the ring of a session: the host (devices[0]) always holds the head, since it serves the
+ * API; returns the stages in ring order from the host, and the plan as `kiwi plan` prints it.
+ * Throws PLAN_INSUFFICIENT_MEMORY (naming the device short of memory) when the model does not fit.
+ */
+export function planRing(input: SessionFleetInput): { plan: PlanJson; stages: RingStage[] } {
+  const { fleet, peers } = sessionFleet(input);
+  const hostName = fleet.devices[0]!.name;
+  const result = planFleet(fleet, { currentHead: hostName, anchorMargin: Number.POSITIVE_INFINITY });
+  if (result.head !== 0) {
+    throw new KiwiError(
+      'PLAN_INSUFFICIENT_MEMORY',
+      `The host (${hostName}) cannot hold the head (embedding and output projection) with any share of the blocks; use a host with more memory.`,
+      { device: hostName },
+    );
+  }
+  return {
+    plan: toPlanJson(fleet, result),
+    stages: result.division.stages.map((s) => ({ peer: peers[s.device]!, start: s.start, end: s.end, head: s.head })),
+  };
+}
