@@ -2,9 +2,13 @@
 // GGUF of Llama-3.2-1B shape at Q4_0 and Q8_0: prefill tokens/s for a 128-token prompt, decode
 // tokens/s, peak RSS, shard build time cold and warm, and the memory-bandwidth floor (weight
 // bytes per token / measured bandwidth). Each engine runs in its own child process (so peak RSS
-// is its own); rounds alternate between them so a noisy neighbour hits both alike.
+// is its own); rounds alternate between them (and which goes first) so a noisy neighbour hits
+// both alike. Kiwi also decodes with a request-sized KV reservation (KIWI_BENCH_RESERVE
+// positions): onnxruntime-node copies every fetched present K/V back into JS each step, so the
+// decode cost grows with the reserved capacity, not only with the filled length.
 // Run: npx tsx bench/single-node.ts
-// Env: KIWI_BENCH_ROUNDS (default 3), KIWI_BENCH_THREADS (default all cores),
+// Env: KIWI_BENCH_ROUNDS (default 7), KIWI_BENCH_THREADS (default all cores),
+//      KIWI_BENCH_RESERVE (KV positions reserved for the second Kiwi decode, default 2048),
 //      KIWI_BENCH_QUANTS (default q4_0,q8_0), KIWI_BENCH_DECODE (decode tokens, default 32),
 //      KIWI_BENCH_FAST=0 for exact f32 activations (default: int8 activations, as llama.cpp).
 // Prints a table and writes bench/results/single-node.json.
@@ -15,7 +19,8 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 7);
+const RESERVE = Number(process.env.KIWI_BENCH_RESERVE ?? 2048);
 const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? os.availableParallelism());
 const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0').split(',');
 const DECODE_TOKENS = Number(process.env.KIWI_BENCH_DECODE ?? 32);
@@ -27,6 +32,8 @@ type WorkerKind = Engine | 'kiwi-build';
 interface RoundResult {
   prefillTokPerS: number;
   decodeTokPerS: number;
+  /** Kiwi only: decode tokens/s when the request's KV cache holds RESERVE positions. */
+  reservedDecodeTokPerS?: number;
 }
 type Message =
   | { type: 'ready'; coldBuildMs?: number; warmBuildMs?: number; loadMs: number; peakRssBytes?: number }
@@ -52,7 +59,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): 
     const { StageChain } = await import('../electron/engine/runtime/stage-chain.js');
     const { argmax } = await import('../electron/engine/runtime/sampling.js');
     const file = await openGguf(modelPath);
-    const shape = await modelShapeFromGguf(file, { maxPositions: 1024 });
+    const shape = await modelShapeFromGguf(file, { maxPositions: Math.max(1024, RESERVE) });
     const cache = new ShardCache(cacheDir);
     const opts = { cache, threads: THREADS, accuracyLevel: FAST ? (4 as const) : (0 as const) };
     const plan = { start: 0, end: shape.blockCount, head: true };
@@ -72,15 +79,24 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): 
     const warmBuildMs = performance.now() - t1;
     if (stage.origin.source !== 'cache') throw new Error('the warm start did not come from the shard cache');
     const chain = new StageChain([stage]);
-    round = async () => {
-      const caches = chain.newCaches(PROMPT_TOKENS + DECODE_TOKENS + 1);
+    // Prefill, then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms].
+    const generate = async (capacity: number): Promise<[number, number]> => {
+      const caches = chain.newCaches(capacity);
       const p0 = performance.now();
       let logits = (await chain.step([{ tokens: promptIds(), caches }]))[0]!;
       const prefillMs = performance.now() - p0;
       const d0 = performance.now();
       for (let i = 0; i < DECODE_TOKENS; i++) logits = (await chain.step([{ tokens: [argmax(logits)], caches }]))[0]!;
-      const decodeMs = performance.now() - d0;
-      return { prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs, decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs };
+      return [prefillMs, performance.now() - d0];
+    };
+    round = async () => {
+      const [prefillMs, decodeMs] = await generate(PROMPT_TOKENS + DECODE_TOKENS + 1);
+      const [, reservedMs] = await generate(Math.min(RESERVE, shape.maxPositions));
+      return {
+        prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
+        decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
+        reservedDecodeTokPerS: (DECODE_TOKENS * 1000) / reservedMs,
+      };
     };
     send({ type: 'ready', warmBuildMs, loadMs: warmBuildMs });
   } else {
@@ -88,7 +104,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): 
     const t0 = performance.now();
     const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' as never });
     const model = await llama.loadModel({ modelPath });
-    const context = await model.createContext({ contextSize: 1024, threads: THREADS, batchSize: PROMPT_TOKENS });
+    const context = await model.createContext({ contextSize: Math.max(1024, RESERVE), threads: THREADS, batchSize: PROMPT_TOKENS });
     const sequence = context.getSequence();
     const loadMs = performance.now() - t0;
     round = async () => {
@@ -187,33 +203,65 @@ async function main(): Promise<void> {
       children.push(ref);
       const refReady = (await ref.next()) as Extract<Message, { type: 'ready' }>;
       const results: Record<Engine, RoundResult[]> = { kiwi: [], 'llama.cpp': [] };
+      const loadBefore = os.loadavg()[0]!;
       for (let r = 0; r < ROUNDS; r++) {
-        for (const [engine, child] of [['kiwi', kiwi], ['llama.cpp', ref]] as const) {
+        // Alternate which engine goes first, so a burst of load does not always hit the same one.
+        const order = r % 2 === 0 ? ([['kiwi', kiwi], ['llama.cpp', ref]] as const) : ([['llama.cpp', ref], ['kiwi', kiwi]] as const);
+        for (const [engine, child] of order) {
           const m = await child.ask('round');
           if (m.type === 'round') results[engine].push(m.result);
         }
       }
+      const loadAfter = os.loadavg()[0]!;
+      const summary: Record<string, unknown> = {};
       for (const [engine, child, ready] of [['kiwi', kiwi, kiwiReady], ['llama.cpp', ref, refReady]] as const) {
         const rss = (await child.ask('rss')) as Extract<Message, { type: 'rss' }>;
         child.proc.kill();
         const rs = results[engine];
-        rows.push({
-          quant,
-          engine,
-          threads: THREADS,
+        const decode = rs.map((x) => x.decodeTokPerS);
+        summary[engine] = {
           prefill_tok_s: median(rs.map((x) => x.prefillTokPerS)),
-          decode_tok_s: median(rs.map((x) => x.decodeTokPerS)),
-          decode_tok_s_spread: [Math.min(...rs.map((x) => x.decodeTokPerS)), Math.max(...rs.map((x) => x.decodeTokPerS))],
+          decode_tok_s: median(decode),
+          // The best round is the one least disturbed by neighbours (closest to a quiet machine).
+          decode_tok_s_best: Math.max(...decode),
+          prefill_tok_s_best: Math.max(...rs.map((x) => x.prefillTokPerS)),
+          decode_tok_s_rounds: decode,
+          reserved_decode_tok_s: engine === 'kiwi' ? median(rs.map((x) => x.reservedDecodeTokPerS!)) : null,
           peak_rss_mb: rss.peakRssBytes / 2 ** 20,
-          cold_build_ms: engine === 'kiwi' ? (built.coldBuildMs ?? null) : null,
-          cold_build_peak_rss_mb: engine === 'kiwi' ? (built.peakRssBytes ?? 0) / 2 ** 20 : null,
-          warm_build_ms: ready.warmBuildMs ?? null,
           load_ms: ready.loadMs,
-          weight_mb: weightBytes / 2 ** 20,
-          bandwidth_gbps: bandwidth.gbps,
-          bandwidth_floor_tok_s: floorTokPerS,
-        });
+        };
       }
+      const k = summary.kiwi as Record<string, number>;
+      const l = summary['llama.cpp'] as Record<string, number>;
+      rows.push({
+        quant,
+        threads: THREADS,
+        kiwi_prefill_tok_s: k.prefill_tok_s,
+        llama_prefill_tok_s: l.prefill_tok_s,
+        prefill_ratio: k.prefill_tok_s! / l.prefill_tok_s!,
+        kiwi_decode_tok_s: k.decode_tok_s,
+        llama_decode_tok_s: l.decode_tok_s,
+        decode_ratio: k.decode_tok_s! / l.decode_tok_s!,
+        kiwi_decode_best_tok_s: k.decode_tok_s_best,
+        llama_decode_best_tok_s: l.decode_tok_s_best,
+        decode_best_ratio: k.decode_tok_s_best! / l.decode_tok_s_best!,
+        prefill_best_ratio: k.prefill_tok_s_best! / l.prefill_tok_s_best!,
+        // Per round, Kiwi over the llama.cpp round next to it: the pairs share the same neighbours.
+        decode_ratio_rounds: results.kiwi.map((x, i) => x.decodeTokPerS / results['llama.cpp'][i]!.decodeTokPerS),
+        kiwi_decode_reserved_tok_s: k.reserved_decode_tok_s,
+        reserve_positions: RESERVE,
+        kiwi_peak_rss_mb: k.peak_rss_mb,
+        llama_peak_rss_mb: l.peak_rss_mb,
+        kiwi_cold_build_ms: built.coldBuildMs ?? null,
+        kiwi_cold_build_peak_rss_mb: (built.peakRssBytes ?? 0) / 2 ** 20,
+        kiwi_warm_build_ms: kiwiReady.warmBuildMs ?? null,
+        llama_load_ms: refReady.loadMs,
+        weight_mb: weightBytes / 2 ** 20,
+        bandwidth_gbps: bandwidth.gbps,
+        bandwidth_floor_tok_s: floorTokPerS,
+        loadavg_1m: [loadBefore, loadAfter],
+        engines: summary,
+      });
       await rm(modelPath, { force: true });
     }
   } finally {
@@ -221,16 +269,22 @@ async function main(): Promise<void> {
     await rm(dir, { recursive: true, force: true });
   }
 
-  const fmt = (v: unknown): string => (typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toFixed(1)) : Array.isArray(v) ? v.map(fmt).join('-') : String(v));
-  const cols = ['quant', 'engine', 'prefill_tok_s', 'decode_tok_s', 'decode_tok_s_spread', 'peak_rss_mb', 'cold_build_ms', 'cold_build_peak_rss_mb', 'warm_build_ms', 'bandwidth_floor_tok_s'];
+  const fmt = (v: unknown): string =>
+    typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 2 : 1)) : Array.isArray(v) ? v.map(fmt).join('-') : String(v);
+  const cols = [
+    'quant', 'kiwi_prefill_tok_s', 'llama_prefill_tok_s', 'prefill_ratio', 'kiwi_decode_tok_s', 'llama_decode_tok_s', 'decode_ratio',
+    'kiwi_decode_best_tok_s', 'llama_decode_best_tok_s', 'decode_best_ratio', 'prefill_best_ratio', 'kiwi_decode_reserved_tok_s', 'kiwi_peak_rss_mb', 'llama_peak_rss_mb', 'kiwi_cold_build_ms', 'kiwi_warm_build_ms', 'bandwidth_floor_tok_s', 'loadavg_1m',
+  ];
+  console.log(`threads ${THREADS}, ${ROUNDS} alternating rounds, medians (best = fastest round); prompt ${PROMPT_TOKENS}, decode ${DECODE_TOKENS}; reserved decode: KV cache of ${RESERVE} positions`);
   console.log(cols.join('\t'));
   for (const r of rows) console.log(cols.map((c) => fmt(r[c])).join('\t'));
+  for (const r of rows) console.log(`${String(r.quant)} decode ratio per round: ${(r.decode_ratio_rounds as number[]).map((x) => x.toFixed(2)).join(' ')}`);
   const out = join(fileURLToPath(new URL('.', import.meta.url)), 'results');
   await mkdir(out, { recursive: true });
   const loadavg = os.loadavg();
   await writeFile(
     join(out, 'single-node.json'),
-    `${JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, prompt_tokens: PROMPT_TOKENS, decode_tokens: DECODE_TOKENS, int8_activations: FAST, loadavg, rows }, null, 1)}\n`,
+    `${JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, threads: THREADS, prompt_tokens: PROMPT_TOKENS, decode_tokens: DECODE_TOKENS, reserve_positions: RESERVE, int8_activations: FAST, loadavg, rows }, null, 1)}\n`,
   );
   await stat(join(out, 'single-node.json'));
 }

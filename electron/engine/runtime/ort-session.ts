@@ -65,6 +65,12 @@ function sessionOptions(provider: ExecutionProvider, threads: number): ort.Infer
     executionMode: 'sequential',
     enableCpuMemArena: true,
     enableMemPattern: true,
+    // Idle intra-op threads sleep instead of spinning. Kiwi shares its machine (a desktop, other
+    // members' work, llama.cpp in benchmarks): a spinning worker takes the core that the thread it
+    // waits for needs. Measured on the 2-core dev machine with neighbours (bench/stage-profile.ts,
+    // 1B Q4_0 decode step, alternating): median 108 ms without spinning vs 169 ms with, best runs
+    // equal (55 vs 57 ms).
+    extra: { session: { intra_op: { allow_spinning: '0' } } },
     logSeverityLevel: 3,
   };
 }

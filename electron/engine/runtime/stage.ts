@@ -16,16 +16,24 @@ import { modelFingerprint } from './shard-cache.js';
 import type { ShardCache } from './shard-cache.js';
 
 /**
- * One request's cache for one stage: per layer K and V, each [kvHeads, capacity, headDim] f32,
- * of which positions [0, length) are filled. Allocated once at the request's reserved size;
- * GroupQueryAttention writes new positions into it in place (its shared past/present buffer mode).
+ * One request's cache for one stage: per layer K and V, each [kvHeads, allocated, headDim] f32,
+ * of which positions [0, length) are filled. `capacity` is the request's reserved size; the
+ * buffers start smaller and grow (in steps, at most to capacity) as positions are added, because
+ * onnxruntime-node copies each fetched present K/V back into JS on every run: a step costs the
+ * allocated size, not the filled length (bench/gqa-kv-binding.ts). GroupQueryAttention writes new
+ * positions into the buffers (its shared past/present buffer mode).
  */
 export interface KvCache {
   length: number;
   capacity: number;
+  /** Positions the buffers hold now: length <= allocated <= capacity. */
+  allocated: number;
   keys: Float32Array[];
   values: Float32Array[];
 }
+
+/** Buffers grow in multiples of this many positions. */
+const KV_GROWTH_POSITIONS = 256;
 
 export interface StageOptions extends Partial<StageGraphOptions> {
   provider?: ExecutionProvider;
@@ -115,17 +123,41 @@ export class Stage {
     return (this.plan.end - this.plan.start) * 2 * this.shape.kvHeads * attentionHeadDim(this.shape) * 4;
   }
 
-  /** A cache for `capacity` positions (at most the stage's maxPositions). */
+  /** A cache for up to `capacity` positions (at most the stage's maxPositions); its buffers grow on use. */
   emptyCache(capacity: number = this.shape.maxPositions): KvCache {
     const cap = Math.min(capacity, this.shape.maxPositions);
     const n = this.plan.end - this.plan.start;
-    const size = this.shape.kvHeads * cap * attentionHeadDim(this.shape);
+    const allocated = Math.min(cap, KV_GROWTH_POSITIONS);
+    const size = this.shape.kvHeads * allocated * attentionHeadDim(this.shape);
     return {
       length: 0,
       capacity: cap,
+      allocated,
       keys: Array.from({ length: n }, () => new Float32Array(size)),
       values: Array.from({ length: n }, () => new Float32Array(size)),
     };
+  }
+
+  /** Grows `c`'s buffers to hold at least `positions` (<= capacity), keeping the filled positions. */
+  private ensureAllocated(c: KvCache, positions: number): void {
+    if (positions <= c.allocated) return;
+    const headDim = attentionHeadDim(this.shape);
+    const { kvHeads } = this.shape;
+    // Small steps keep each run's copy close to the filled length; the step widens with the cache
+    // (1/8 of it) so the growth copies themselves stay a small share.
+    const want = Math.max(positions, c.allocated + Math.floor(c.allocated / 8));
+    const grown = Math.min(c.capacity, Math.ceil(want / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS);
+    const move = (old: Float32Array): Float32Array => {
+      const out = new Float32Array(kvHeads * grown * headDim); // [kvHeads, grown, headDim]
+      for (let h = 0; h < kvHeads; h++) {
+        const from = h * c.allocated * headDim;
+        out.set(old.subarray(from, from + c.length * headDim), h * grown * headDim);
+      }
+      return out;
+    };
+    c.keys = c.keys.map(move);
+    c.values = c.values.map(move);
+    c.allocated = grown;
   }
 
   /**
@@ -155,9 +187,11 @@ export class Stage {
       }
     }
     const total = Math.max(...caches.map((c) => c.length)) + seq;
-    // One request uses its own buffers; a batch is packed into [batch, kvHeads, cap, headDim].
-    const cap = Math.max(...caches.map((c) => c.capacity));
+    for (const c of caches) this.ensureAllocated(c, c.length + seq);
+    // One request uses its own buffers; a batch is packed into [batch, kvHeads, total, headDim]
+    // (the packed buffers are rebuilt every step, so they need only the positions in use).
     const single = caches.length === 1;
+    const cap = single ? caches[0]!.allocated : total;
 
     const feeds: OrtFeeds = {};
     feeds[IO.hiddenIn] = f32Tensor(x, [batch, seq, hidden]);
@@ -209,7 +243,7 @@ function packRows(caches: KvCache[], pick: (c: KvCache) => Float32Array, cap: nu
   caches.forEach((c, b) => {
     const src = pick(c);
     for (let h = 0; h < kvHeads; h++) {
-      const from = h * c.capacity * headDim;
+      const from = h * c.allocated * headDim;
       out.set(src.subarray(from, from + c.length * headDim), (b * kvHeads + h) * cap * headDim);
     }
   });
@@ -220,6 +254,6 @@ function packRows(caches: KvCache[], pick: (c: KvCache) => Float32Array, cap: nu
 function unpackNew(packed: Float32Array, dst: Float32Array, b: number, c: KvCache, seq: number, cap: number, kvHeads: number, headDim: number): void {
   for (let h = 0; h < kvHeads; h++) {
     const from = ((b * kvHeads + h) * cap + c.length) * headDim;
-    dst.set(packed.subarray(from, from + seq * headDim), (h * c.capacity + c.length) * headDim);
+    dst.set(packed.subarray(from, from + seq * headDim), (h * c.allocated + c.length) * headDim);
   }
 }
