@@ -88,6 +88,8 @@ export const PlanWire = z.object({
   stages: z.array(StageWire),
   layers: z.number().int(),
   tokens_per_s: z.number().nullable(),
+  /** true: tokens/s and stage times are measured over recent ring steps; false: the planner's prediction. */
+  measured: z.boolean(),
 });
 export type PlanWire = z.infer<typeof PlanWire>;
 

@@ -24,9 +24,9 @@ afterAll(async () => {
   if (scratch !== undefined) await rm(scratch, { recursive: true, force: true });
 });
 
-async function headless(name: string): Promise<{ proc: Proc; uiUrl: string; apiUrl: string; token: string }> {
+async function headless(name: string, args: string[] = []): Promise<{ proc: Proc; uiUrl: string; apiUrl: string; token: string }> {
   if (scratch === undefined) throw new Error('beforeAll makes the scratch folder first');
-  const proc = procs.spawn(process.execPath, [...tsEntry('e2e/support/headless-host.ts'), '--name', name, '--bench-cache', join(scratch, name)]);
+  const proc = procs.spawn(process.execPath, [...tsEntry('e2e/support/headless-host.ts'), '--name', name, '--bench-cache', join(scratch, name), ...args]);
   const ui = await waitEvent(proc, (e) => e.event === 'ui', `${name}'s UI address`, 30_000);
   return { proc, uiUrl: ui.ui_url as string, apiUrl: ui.api_url as string, token: ui.token as string };
 }
@@ -51,7 +51,8 @@ describe('the Kiwi UI against live headless sessions', () => {
 
   beforeAll(async () => {
     scratch = await mkdtemp(join(tmpdir(), 'kiwi-e2e-'));
-    [host, alice, browser] = await Promise.all([headless('host'), headless('alice'), launchChromium()]);
+    // The host plans its ring once both members (alice from her UI, bob from the CLI) are in.
+    [host, alice, browser] = await Promise.all([headless('host', ['--expect', '2']), headless('alice'), launchChromium()]);
     [hostPage, alicePage] = await Promise.all([openPage(host.uiUrl), openPage(alice.uiUrl)]);
   });
 
@@ -118,6 +119,11 @@ describe('the Kiwi UI against live headless sessions', () => {
       return labels.length === 3 && labels.every((l) => /^(direct|relayed) · [\d.]+ ms$/.test(l));
     }, undefined, { timeout: 30_000 });
     expect(await ring.getAttribute('aria-label')).toMatch(/^Ring of 3: You \(host\) → (alice|bob) → (alice|bob)$/);
+    // The plan: every node of the ring names the layers it holds, the host also the head.
+    await hostPage.waitForFunction(() => {
+      const texts = [...document.querySelectorAll('[data-testid="topology"] text')].map((t) => t.textContent ?? '');
+      return texts.filter((t) => /^layers \d+–\d+/.test(t)).length === 3 && texts.some((t) => /^layers 0–\d+ \+ head/.test(t));
+    }, undefined, { timeout: 60_000 });
     await shot(hostPage, '07-ring');
     // A member sees its own place in the ring: itself and its measured links.
     await alicePage.getByRole('tab', { name: 'Ring' }).click();
@@ -128,6 +134,8 @@ describe('the Kiwi UI against live headless sessions', () => {
   });
 
   it('streams a chat answer from the host\'s /v1 in the playground', async () => {
+    // /v1 answers once every member has loaded its layers.
+    await hostPage.locator('.state-chip', { hasText: 'serving' }).waitFor({ timeout: 60_000 });
     await hostPage.getByRole('tab', { name: 'Chat' }).click();
     await hostPage.getByLabel('Message').fill('Once upon a time');
     await hostPage.getByRole('button', { name: 'Send' }).click();
@@ -148,6 +156,21 @@ describe('the Kiwi UI against live headless sessions', () => {
     const events = (await res.text()).split('\n\n').filter((b) => b.startsWith('data: '));
     expect(events.length).toBeGreaterThan(3);
     expect(events.at(-1)).toBe('data: [DONE]');
+  });
+
+  it('shows the host the plan and each member the layers it loaded', async () => {
+    await hostPage.getByRole('tab', { name: 'Session' }).click();
+    await hostPage.getByText(/^5 layers over 3 stages/).waitFor();
+    // The chats went through the ring, so every stage's time is measured.
+    await hostPage.waitForFunction(() => {
+      const cells = [...document.querySelectorAll('table')].flatMap((t) => [...t.querySelectorAll('tbody tr')].map((r) => r.lastElementChild?.textContent ?? ''));
+      return cells.filter((c) => /^[\d.]+ ms$/.test(c)).length === 3;
+    }, undefined, { timeout: 10_000 });
+    await shot(hostPage, '08-host-plan');
+    await alicePage.getByText(/^\d+–\d+$/).waitFor();
+    await alicePage.getByText('100%').waitFor();
+    await alicePage.getByText(/^[\d.]+ ms per token$/).waitFor({ timeout: 10_000 });
+    await shot(alicePage, '08-member-layers');
   });
 
   it('turns a killed member red and closes the ring without it', async () => {

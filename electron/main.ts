@@ -4,10 +4,13 @@
 import { BrowserWindow, app, ipcMain } from 'electron';
 import Store from 'electron-store';
 import { hostname } from 'node:os';
+import { join } from 'node:path';
 import { runDeviceBench } from './engine/device/device-bench.js';
+import { kiwiCacheDir } from './engine/paths.js';
+import { ShardCache } from './engine/runtime/shard-cache.js';
 import { startControlApi, type ControlApi } from './engine/server/control-api.js';
-import { localHosting } from './engine/server/control-api-hosting.js';
 import { SessionControl } from './engine/server/control-api-source.js';
+import { memberRing, ringHosting } from './engine/server/ring-control.js';
 import { IPC_CHANNELS, isIpcChannel, type ControlApiAddress, type IpcInvokeMap } from './ipc-channels.js';
 import { setupTray, type KiwiTray } from './tray.js';
 import { setupWindow, type WindowBounds } from './window.js';
@@ -69,7 +72,18 @@ function openWindow(): void {
 
 async function startEngine(): Promise<void> {
   const c = new SessionControl({
-    startHosting: localHosting({ api: { port: store.get('apiPort') }, session: { embeddedRendezvous: { host: '0.0.0.0', port: 0 }, listenHost: '0.0.0.0' } }),
+    // Hosting and joining run the ring exactly as `kiwi host --model` and `kiwi join` do.
+    startHosting: ringHosting({
+      api: { port: store.get('apiPort') },
+      session: { embeddedRendezvous: { host: '0.0.0.0', port: 0 }, listenHost: '0.0.0.0' },
+      ring: { maxPositions: 4096, cache: new ShardCache(join(kiwiCacheDir(), 'shards')) },
+      onError: (err) => console.error('kiwi: the ring failed:', err.message),
+    }),
+    memberRing: memberRing({
+      weightsDir: join(kiwiCacheDir(), 'weights'),
+      cache: new ShardCache(join(kiwiCacheDir(), 'shards')),
+      onError: (err) => console.error('kiwi: this member\'s stage failed:', err.message),
+    }),
     runBench: (onProgress, signal) => runDeviceBench({ onProgress, signal }),
     join: { name: store.get('memberName'), listenHost: '0.0.0.0' },
   });

@@ -1,6 +1,7 @@
 // A headless Kiwi for the e2e tests (run with tsx): the control API and the UI on loopback over a
-// SessionControl that can host (session + the model served locally on /v1) or join, with short
-// eviction timeouts and a small device benchmark so a test sees changes within seconds.
+// SessionControl that can host (the ring of `kiwi host --model`: createSessionHost, served on /v1
+// once its members loaded their layers) or join (taking part in the ring), with short eviction
+// timeouts and a small device benchmark so a test sees changes within seconds.
 // Prints one JSON line: {"event":"ui","ui_url","api_url","token"}; runs until SIGTERM/SIGINT.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -8,8 +9,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { runDeviceBench } from '../../electron/engine/device/device-bench.js';
 import { startControlApi } from '../../electron/engine/server/control-api.js';
-import { localHosting } from '../../electron/engine/server/control-api-hosting.js';
 import { SessionControl } from '../../electron/engine/server/control-api-source.js';
+import { memberRing, ringHosting } from '../../electron/engine/server/ring-control.js';
 
 const { values } = parseArgs({
   options: {
@@ -17,6 +18,8 @@ const { values } = parseArgs({
     name: { type: 'string' },
     'soft-evict-ms': { type: 'string', default: '2500' },
     'heartbeat-ms': { type: 'string', default: '400' },
+    /** Hosting: plan the ring once this many members are active (else once they stop joining for 3 s). */
+    expect: { type: 'string' },
     /** Where the device benchmark caches; the caller removes it (a test kills this process with SIGKILL). */
     'bench-cache': { type: 'string' },
   },
@@ -25,10 +28,13 @@ const { values } = parseArgs({
 const ownBenchDir = values['bench-cache'] === undefined;
 const benchDir = values['bench-cache'] ?? (await mkdtemp(join(tmpdir(), 'kiwi-e2e-bench-')));
 const control = new SessionControl({
-  startHosting: localHosting({
+  startHosting: ringHosting({
     session: { softEvictMs: Number(values['soft-evict-ms']), hardEvictMs: 120_000, listenHost: '127.0.0.1' },
     api: { port: Number(values['api-port']) },
+    ring: { maxPositions: 256, ...(values.expect !== undefined ? { expect: Number(values.expect) } : {}) },
+    onError: (err) => process.stderr.write(`headless host: the ring failed: ${err.message}\n`),
   }),
+  memberRing: memberRing({ weightsDir: join(benchDir, 'weights'), onError: (err) => process.stderr.write(`headless member: ${err.message}\n`) }),
   runBench: (onProgress, signal) =>
     runDeviceBench({ cacheDir: benchDir, refresh: true, onProgress, signal, bandwidth: { threads: 1, bytesPerThread: 32 * 1024 * 1024, rounds: 8, passesPerRound: 1 } }),
   join: { listenHost: '127.0.0.1', heartbeatMs: Number(values['heartbeat-ms']), reconnectDelayMs: 300, ...(values.name !== undefined ? { name: values.name } : {}) },

@@ -79,7 +79,7 @@ export const generateCommand = defineCommand({
       ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
       ...(threads !== undefined ? { threads } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
-      accuracyLevel: booleanOption(ctx, 'exact') ? 0 : 4,
+      ...(booleanOption(ctx, 'exact') ? { accuracyLevel: 0 as const } : {}),
     });
     try {
       const chat = booleanOption(ctx, 'chat');

@@ -12,7 +12,10 @@ import { openGguf } from '../engine/model/gguf/gguf-reader.js';
 import { summarizeModel } from '../engine/model/model-summary.js';
 import { SessionHost } from '../engine/pipeline/session-host.js';
 import { ShardCache } from '../engine/runtime/shard-cache.js';
+import { startControlApi, type ControlApi } from '../engine/server/control-api.js';
+import { SessionControl } from '../engine/server/control-api-source.js';
 import { startOpenAiServer, type OpenAiServer } from '../engine/server/http-server.js';
+import { hostedRing } from '../engine/server/ring-control.js';
 import { createHost } from '../engine/session/host.js';
 import { ACTIVATION_ENCODINGS, type ActivationEncoding } from '../engine/transport/tensor-frame.js';
 import { modelSizesFromSummary } from './plan.js';
@@ -50,6 +53,7 @@ export const hostCommand = defineCommand({
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a slot; more get HTTP 429', default: '64' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for the host\'s own stages (default: all cores)' },
     'no-shard-cache': { type: 'boolean', description: 'Build stage graphs in memory instead of using the shard cache' },
+    'ui-port': { type: 'string', valueName: 'P', description: 'Also serve the desktop UI (members, plan, ring) on 127.0.0.1:P (0: any free port); prints its address with the token' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
   },
   async run(ctx) {
@@ -88,6 +92,20 @@ export const hostCommand = defineCommand({
         await host.close();
         throw err;
       }
+    }
+    const uiPortText = stringOption(ctx, 'ui-port');
+    let ui: { control: SessionControl; api: ControlApi } | undefined;
+    if (uiPortText !== undefined) {
+      const port = intOption(uiPortText, 'ui-port', 0, 65535);
+      const control = new SessionControl();
+      // Leave in the UI ends the session; the shutdown below then closes the ring and the API.
+      const close = (): Promise<void> => host.close('the host left from its UI');
+      control.attachHost(ring !== undefined && model !== undefined
+        ? hostedRing(ring, { model, server: server ?? null, close })
+        : { session: host, model: null, serving: null, close });
+      const api = await startControlApi({ source: control, port });
+      ui = { control, api };
+      print('ui', { url: api.uiUrl, api_url: api.url }, `Desktop UI: ${api.uiUrl}`);
     }
     const names = new Map<string, string>();
     let joined = 0;
@@ -148,6 +166,10 @@ export const hostCommand = defineCommand({
     });
     await untilStopped(ctx.signal, ended);
     rl.close();
+    if (ui !== undefined) {
+      await ui.control.close();
+      await ui.api.close();
+    }
     await server?.close();
     if (ring !== undefined) await ring.close();
     else await host.close();

@@ -5,17 +5,18 @@ import { readFile, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { KiwiError } from '../engine/errors.js';
 import { openGguf } from '../engine/model/gguf/gguf-reader.js';
-import { summarizeModel, type ModelSummary } from '../engine/model/model-summary.js';
-import { parseFleetFile, withModelSizes, type Fleet, type ModelSizes } from '../engine/planner/fleet.js';
+import { summarizeModel } from '../engine/model/model-summary.js';
+import { parseFleetFile, withModelSizes, type Fleet } from '../engine/planner/fleet.js';
 import { planFleet } from '../engine/planner/plan.js';
 import { toPlanJson, type PlanJson } from '../engine/planner/plan-json.js';
+import { modelSizesFromSummary } from '../engine/planner/model-sizes.js';
 import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
 
 /** A fleet file is a few kB; refuse anything absurd before reading it. */
 const MAX_FLEET_FILE_BYTES = 4 * 1024 * 1024;
 
-/** The runtime keeps K and V in fp16: 2 bytes per element. */
-export const KV_BYTES_PER_ELEMENT = 2;
+// Moved to the engine so that the UI's hosting (engine/server) sizes the model the same way.
+export { KV_BYTES_PER_ELEMENT, modelSizesFromSummary } from '../engine/planner/model-sizes.js';
 
 export const planCommand = defineCommand({
   name: 'plan',
@@ -63,26 +64,6 @@ export async function loadFleet(path: string): Promise<Fleet> {
   const ggufPath = resolve(dirname(path), model.gguf);
   const summary = summarizeModel(await openGguf(ggufPath));
   return withModelSizes(file, modelSizesFromSummary(summary));
-}
-
-/**
- * The planner's sizes from a GGUF's summary. The largest block stands for every block, so that
- * admission errs on the side of memory when quantization mixes differ between blocks. The head
- * reads the output projection (the embedding matrix when tied) and final norm per token, and keeps
- * the embedding and output projection resident (tied: once).
- */
-export function modelSizesFromSummary(s: ModelSummary): ModelSizes {
-  const head = s.head_bytes;
-  const projection = s.tied_embeddings || head.output === 0 ? head.embedding : head.output;
-  return {
-    name: s.name ?? s.architecture,
-    layers: s.block_count,
-    blockBytes: s.bytes_per_block.max,
-    headBytes: projection + head.output_norm,
-    headResidentBytes: head.embedding + head.output + head.output_norm,
-    // K and V: 2 × kv_heads × head_dim elements per token per block.
-    kvBytesPerTokenPerLayer: 2 * s.head_count_kv * s.head_dim * KV_BYTES_PER_ELEMENT,
-  };
 }
 
 function formatPlan(fleet: Fleet, plan: PlanJson): string {

@@ -61,6 +61,10 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private planWaiter: ((plan: WeightsPlan) => void) | undefined;
   private readonly attached = new WeakSet<SecureLink>();
   private closed = false;
+  /** 0..1 while the weights arrive and the stage opens; 1 once ready. */
+  private loadFraction = 0;
+  /** Compute times (ms) of the recent steps of this stage, for status displays. */
+  private readonly recentStepMs: number[] = [];
 
   constructor(
     private readonly session: MemberSession,
@@ -74,8 +78,13 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   }
 
   /** Statistics for status displays. */
-  status(): { start: number | undefined; end: number | undefined; ready: boolean; requests: number } {
-    return { start: this.assignment?.start, end: this.assignment?.end, ready: this.stage !== undefined, requests: this.caches.size };
+  status(): { start: number | undefined; end: number | undefined; ready: boolean; requests: number; loadFraction: number; stageMs: number | null } {
+    const n = this.recentStepMs.length;
+    return {
+      start: this.assignment?.start, end: this.assignment?.end, ready: this.stage !== undefined, requests: this.caches.size,
+      loadFraction: this.stage !== undefined ? 1 : this.loadFraction,
+      stageMs: n === 0 ? null : this.recentStepMs.reduce((a, x) => a + x, 0) / n,
+    };
   }
 
   async close(): Promise<void> {
@@ -132,9 +141,12 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.stage = undefined;
     this.caches.clear();
     this.assignment = a;
+    this.loadFraction = 0;
+    this.recentStepMs.length = 0;
     this.send({ kind: 'assigned', start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });
     const { file, source, transferredBytes } = await this.obtainWeights(a);
+    this.loadFraction = 0.9;
     const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
     const stage = await Stage.open(file, shape, { start: a.start, end: a.end, head: false }, {
       ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
@@ -206,6 +218,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
         }
         if (t.receivedBytes - t.lastReportedBytes >= PROGRESS_EVERY_BYTES || t.missing.length === 0) {
           t.lastReportedBytes = t.receivedBytes;
+          // The transfer is most of the loading; opening the stage is the rest.
+          this.loadFraction = t.totalBytes > 0 ? 0.9 * Math.min(1, t.receivedBytes / t.totalBytes) : 0.9;
           this.send({ kind: 'weights-progress', receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
           this.emit('weights-progress', { receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
         }
@@ -269,7 +283,10 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
       const wire: WireOptions = { encoding: a.encoding, zstd: a.zstd };
       // Each stage adds its compute time, so the host sees per-stage timing without another message.
-      const metadata = { ...frame.metadata, [`ms.${a.start}-${a.end}`]: (performance.now() - t0).toFixed(3) };
+      const stepMs = performance.now() - t0;
+      this.recentStepMs.push(stepMs);
+      if (this.recentStepMs.length > 64) this.recentStepMs.shift();
+      const metadata = { ...frame.metadata, [`ms.${a.start}-${a.end}`]: stepMs.toFixed(3) };
       const frameOut = await encodeStepFrame({ metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, stage.shape.hidden] } }, wire);
       await this.forward(a.next, encodeRingStep(frameOut));
     } catch (err) {

@@ -78,7 +78,9 @@ export class Stage {
    * range's weights, builds the graph (storing it in the cache, if any) and starts a session.
    */
   static async open(file: GgufFile, shape: DecoderShape, plan: StagePlan, opts: StageOptions = {}): Promise<Stage> {
-    const accuracyLevel = opts.accuracyLevel ?? 0;
+    // Default: int8 activations inside quantized matmuls, as llama.cpp does (faster; every stage of
+    // every entry point — generate, serve, the ring — uses the same level, so splits stay exact).
+    const accuracyLevel = opts.accuracyLevel ?? 4;
     const provider = opts.provider ?? availableProviders()[0]!;
     // Without an override the factory may fall back to the next provider if the best fails to start.
     const sessionOpts = { ...(opts.provider !== undefined ? { provider } : {}), ...(opts.threads !== undefined ? { threads: opts.threads } : {}) };

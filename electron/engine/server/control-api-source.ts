@@ -2,8 +2,8 @@
 // host / join / leave / pause / approve) and `SessionControl`, its implementation over the session
 // layer. It adapts a HostSession (createHost) or a MemberSession (joinSession) into the wire
 // snapshots of common/control-api.ts and announces every change; at most one session at a time.
-// The pipeline (issue 6) plugs plan, assignment and timing in through `HostedSession.plan` and
-// `SessionControlOptions.assignment` without this file knowing how the ring runs.
+// The ring plugs its plan, assignment and timing in through `HostedSession.plan`/`watch` and
+// `SessionControlOptions.memberRing` (engine/server/ring-control.ts) without this file knowing how it runs.
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import type { ControlEvent, DeviceCard, DeviceSummary, HostRequest, JoinRequest, LinkWire, MemberWire, PlanWire, SessionStatus } from '../../../common/control-api.js';
@@ -39,6 +39,14 @@ export interface HostedSession {
   serving: { url: string; model: string } | null;
   /** The ring's plan, or why there is none; absent until the pipeline provides it. */
   plan?: () => { plan: PlanWire | null; error: WireError | null };
+  /** Calls the listener whenever the plan or serving state changes (the ring forming, loading, failing). */
+  watch?: (listener: () => void) => void;
+  close(): Promise<void>;
+}
+
+/** A member's part of the ring (engine/server/ring-control.ts: memberRing), run while joined. */
+export interface MemberRing {
+  assignment(): SessionStatus['assignment'];
   close(): Promise<void>;
 }
 
@@ -53,14 +61,17 @@ export interface SessionControlOptions {
   join?: Partial<Pick<JoinOptions, 'listenHost' | 'heartbeatMs' | 'reconnectDelayMs'>> & { name?: string };
   /** Where to listen for a host's LAN announcement when a join names no rendezvous. */
   lan?: { port?: number; timeoutMs?: number };
-  /** This member's assignment and stage timing, once the pipeline has one. */
+  /** This member's assignment and stage timing, once the pipeline has one (overrides `memberRing`'s). */
   assignment?: () => SessionStatus['assignment'];
+  /** Runs this member's part of the ring for each joined session; its assignment shows in status(). */
+  memberRing?: (session: MemberSession, onChange: () => void) => MemberRing;
   /** Coalesces bursts of changes into one snapshot (ms). */
   coalesceMs?: number;
 }
 
 interface Joined {
   member: MemberSession | undefined;
+  ring: MemberRing | undefined;
   req: JoinRequest & { rendezvous: string };
   memberId: string | undefined;
   phase: SessionStatus['phase'];
@@ -138,7 +149,7 @@ export class SessionControl implements ControlSource {
       return {
         ...base, role: 'member', phase: j.phase, paused: j.phase === 'paused', code: j.req.code, rendezvous: j.req.rendezvous === '' ? null : j.req.rendezvous, self_peer: self,
         links: self === null ? [] : (j.member?.linkStatuses() ?? []).map((l): LinkWire => ({ a: self, b: l.peer, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
-        assignment: j.phase === 'active' ? (this.opts.assignment?.() ?? null) : null,
+        assignment: j.phase === 'active' ? (this.opts.assignment?.() ?? j.ring?.assignment() ?? null) : null,
       };
     }
     return base;
@@ -151,6 +162,9 @@ export class SessionControl implements ControlSource {
     const s = hosted.session;
     s.on('change', () => this.changed());
     s.on('link', () => this.changed());
+    hosted.watch?.(() => {
+      if (this.hosted === hosted) this.changed();
+    });
     s.on('closed', (reason) => {
       if (this.hosted !== hosted) return;
       this.hosted = undefined;
@@ -180,7 +194,7 @@ export class SessionControl implements ControlSource {
     await this.exclusive(async () => {
       if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
       this.lastError = null;
-      const joined: Joined = { member: undefined, req: { ...req, rendezvous: req.rendezvous ?? '' }, memberId: undefined, phase: 'connecting' };
+      const joined: Joined = { member: undefined, ring: undefined, req: { ...req, rendezvous: req.rendezvous ?? '' }, memberId: undefined, phase: 'connecting' };
       this.joined = joined;
       this.changed();
       try {
@@ -206,6 +220,7 @@ export class SessionControl implements ControlSource {
     this.lastError = null;
     if (hosted !== undefined) await hosted.close();
     if (joined?.member !== undefined) await joined.member.leave();
+    await joined?.ring?.close();
     this.changed();
   }
 
@@ -222,9 +237,12 @@ export class SessionControl implements ControlSource {
       if (paused === (j.phase === 'paused')) return;
       if (paused) {
         const m = j.member;
+        const ring = j.ring;
         j.member = undefined;
+        j.ring = undefined;
         j.phase = 'paused';
         await m?.leave();
+        await ring?.close();
         this.changed();
         return;
       }
@@ -298,7 +316,18 @@ export class SessionControl implements ControlSource {
     });
     j.member = member;
     j.memberId = member.memberId;
-    await member.connect();
+    // A RingMember listens for the host's assignment; its progress reaches the UI as snapshots.
+    const ring = this.opts.memberRing?.(member, () => {
+      if (current()) this.changed();
+    });
+    j.ring = ring;
+    try {
+      await member.connect();
+    } catch (err) {
+      j.ring = undefined;
+      await ring?.close();
+      throw err;
+    }
   }
 
   /** One session action at a time: a second click while joining is refused, not queued. */

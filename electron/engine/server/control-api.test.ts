@@ -8,8 +8,8 @@ import { DeviceCard, SessionStatus, type ControlEvent } from '../../../common/co
 import { runDeviceBench } from '../device/device-bench.js';
 import { createHost } from '../session/host.js';
 import { startControlApi, type ControlApi } from './control-api.js';
-import { localHosting } from './control-api-hosting.js';
 import { SessionControl, type StartHosting } from './control-api-source.js';
+import { ringHosting } from './ring-control.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
@@ -171,7 +171,7 @@ describe('control API', () => {
   });
 
   it('refuses to host a model file that does not exist, before any code is shown', async () => {
-    const api = await start(new SessionControl({ startHosting: localHosting({ api: { port: 0 } }) }));
+    const api = await start(new SessionControl({ startHosting: ringHosting({ api: { port: 0 } }) }));
     const res = await call(api, 'POST', '/session/host', { model: join(tmpdir(), 'kiwi-no-such-model.gguf') });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'FILE_NOT_FOUND', message: expect.stringMatching(/GGUF/) });

@@ -153,10 +153,10 @@ export function PlanCard({ status }: { status: SessionStatus }): ReactElement {
     <Card title="Plan">
       {status.plan_error !== null ? <ErrorBanner error={status.plan_error} /> : null}
       {plan === null ? (
-        status.plan_error === null ? <p className="muted">No plan yet: the model is served on this machine until the ring plans its layers across members.</p> : null
+        status.plan_error === null ? <p className="muted">No plan yet: the ring is planned once members have joined, and the model is served once each has loaded its layers.</p> : null
       ) : (
         <>
-          <p>{plan.layers} layers over {plan.stages.length} stages{plan.tokens_per_s !== null ? <> · predicted <strong>{plan.tokens_per_s.toFixed(1)} tokens/s</strong></> : null}</p>
+          <p>{plan.layers} layers over {plan.stages.length} stages{plan.tokens_per_s !== null ? <> · {plan.measured ? 'measured' : 'predicted'} <strong>{plan.tokens_per_s.toFixed(1)} tokens/s</strong></> : null}</p>
           <table className="table">
             <thead><tr><th scope="col">Member</th><th scope="col">Layers</th><th scope="col">Stage time</th></tr></thead>
             <tbody>
