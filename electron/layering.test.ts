@@ -1,4 +1,4 @@
-// Proves the lint rules that keep the layers apart actually fire (a lint config that silently
+// Proves the lint rules that keep the layers apart (engine, shell, renderer, common/) actually fire (a lint config that silently
 // stopped matching would let the engine grow an 'electron' import).
 import { ESLint } from 'eslint';
 import { describe, expect, it } from 'vitest';
@@ -54,5 +54,20 @@ describe('layering lint', () => {
     expect(await lint("import { KiwiError } from '../../electron/engine/errors.js';\nexport const a = KiwiError;\n", 'renderer/src/x.ts')).toEqual([
       expect.stringMatching(/no-restricted-imports: .*control API/),
     ]);
+  });
+});
+
+describe('common/ layering lint', () => {
+  it('refuses electron, engine and renderer imports in common/', async () => {
+    expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'common/x.ts')).toEqual([expect.stringMatching(/no-restricted-imports: .*no electron/)]);
+    expect(await lint("import { KiwiError } from '../electron/engine/errors.js';\nexport const a = KiwiError;\n", 'common/x.ts')).toEqual([
+      expect.stringMatching(/no-restricted-imports: .*neither electron/),
+    ]);
+    expect(await lint("import { App } from '../renderer/src/app.js';\nexport const a = App;\n", 'common/x.ts')).toEqual([expect.stringMatching(/neither electron/)]);
+  });
+
+  it('lets both the engine and the renderer import common/', async () => {
+    expect(await lint("import { SessionStatus } from '../../../common/control-api.js';\nexport const a = SessionStatus;\n", 'electron/engine/server/x.ts')).toEqual([]);
+    expect(await lint("import { SessionStatus } from '../../common/control-api.js';\nexport const a = SessionStatus;\n", 'renderer/src/x.ts')).toEqual([]);
   });
 });
