@@ -1,5 +1,5 @@
-// Proves the lint rules that keep the layers apart (engine, shell, renderer, common/) actually fire (a lint config that silently
-// stopped matching would let the engine grow an 'electron' import).
+// Proves the lint rules that keep the layers apart (engine, shell, renderer, common/) actually
+// fire: a lint config that silently stopped matching would let the engine grow an 'electron' import.
 import { ESLint } from 'eslint';
 import { describe, expect, it } from 'vitest';
 
