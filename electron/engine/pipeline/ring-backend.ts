@@ -3,10 +3,10 @@
 // generation runs through the RingGenerator. 'starting' until the session host attaches a ready
 // ring, 'unavailable' once the ring broke or the host closes.
 import { KiwiError } from '../errors.js';
-import { chatTemplateForModel, chatTokensOf, encodeChatPrompt, type ChatTemplate } from '../model/chat-template.js';
+import { chatTemplateForModel, chatTokensOf, type ChatTemplate } from '../model/chat-template.js';
 import type { Tokenizer } from '../model/tokenizer/tokenizer.js';
-import { Sampler } from '../runtime/sampling.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import { preparePrompt, streamGeneration, type RunningGenerations } from '../server/backend-stream.js';
 import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from '../server/completion-backend.js';
 import type { RingGenerator } from './ring-generator.js';
 
@@ -25,7 +25,7 @@ export class RingBackend implements CompletionBackend {
   createdAt = 0;
   private state: BackendStatus = 'starting';
   private ring: Attached | undefined;
-  private readonly running = new Map<(reason: unknown) => void, Promise<unknown>>();
+  private readonly running: RunningGenerations = new Map();
   readonly counts = { completed: 0, cancelled: 0, failed: 0 };
 
   constructor(readonly modelId: string) {}
@@ -56,92 +56,13 @@ export class RingBackend implements CompletionBackend {
   }
 
   prepare(prompt: PromptInput): PreparedPrompt {
-    const { tokenizer: tok, template } = this.ready();
-    let ids: number[];
-    let text: string;
-    switch (prompt.kind) {
-      case 'chat':
-        ({ text, ids } = encodeChatPrompt(tok, template, prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content }))));
-        break;
-      case 'text':
-        text = prompt.text;
-        ids = tok.encode(text, { parseSpecial: true });
-        break;
-      case 'ids':
-        for (const id of prompt.ids) {
-          if (id >= tok.vocabSize) throw new KiwiError('TOKEN_INVALID', `prompt token ${id} is outside the vocabulary of ${tok.vocabSize} tokens`, { param: 'prompt' });
-        }
-        ids = [...prompt.ids];
-        text = tok.decode(ids, { special: true });
-        break;
-    }
-    if (ids.length === 0) throw new KiwiError('API_BAD_REQUEST', 'the prompt is empty; give at least one token', { param: prompt.kind === 'chat' ? 'messages' : 'prompt' });
-    return { ids, text };
+    const { tokenizer, template } = this.ready();
+    return preparePrompt(tokenizer, template, prompt);
   }
 
   async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
-    const { tokenizer: tok, generator } = this.ready();
-    const cancel = new AbortController();
-    let ended = false;
-    const stop = (reason: unknown): void => cancel.abort(reason);
-    const onAbort = (): void => stop(signal.reason);
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
-    const events: GenerationEvent[] = [];
-    let failure: { error: unknown } | undefined;
-    let wake: (() => void) | undefined;
-    const notify = (): void => {
-      wake?.();
-      wake = undefined;
-    };
-    const decoder = tok.createStreamDecoder();
-    const done = generator
-      .generate({
-        promptIds: request.promptIds,
-        maxTokens: request.maxTokens,
-        sampler: new Sampler(request.sampling),
-        isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
-        decoder,
-        stop: request.stop,
-        signal: cancel.signal,
-        onToken: (id, text) => {
-          events.push({ type: 'token', id, text });
-          notify();
-        },
-      })
-      .then(
-        (result) => {
-          this.counts.completed++;
-          events.push({ type: 'end', finishReason: result.finishReason, text: decoder.flush(), completionTokens: result.ids.length });
-          notify();
-        },
-        (error: unknown) => {
-          if (cancel.signal.aborted) this.counts.cancelled++;
-          else this.counts.failed++;
-          failure = { error };
-          notify();
-        },
-      );
-    this.running.set(stop, done);
-    try {
-      for (;;) {
-        const event = events.shift();
-        if (event !== undefined) {
-          if (event.type === 'end') ended = true;
-          yield event;
-          if (ended) return;
-        } else if (failure !== undefined) {
-          throw failure.error;
-        } else {
-          await new Promise<void>((resolve) => (wake = resolve));
-        }
-      }
-    } finally {
-      signal.removeEventListener('abort', onAbort);
-      // A consumer that stops reading early cancels the generation, which frees its caches around the ring.
-      if (!ended && !cancel.signal.aborted) stop(new KiwiError('API_CLIENT_CLOSED', 'the consumer stopped reading'));
-      void done.then(() => this.running.delete(stop));
-    }
+    const { tokenizer, generator } = this.ready();
+    yield* streamGeneration(generator, tokenizer, request, signal, { counts: this.counts, running: this.running });
   }
 
   /** Cancels running generations and waits for them to settle. */

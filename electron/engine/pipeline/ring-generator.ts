@@ -5,7 +5,7 @@
 // its caches on every stage grow in order; requests that became ready while the ring was busy
 // are batched into the next step.
 import { KiwiError } from '../errors.js';
-import type { FinishReason, GenerateParams, GenerateResult } from '../runtime/generation.js';
+import { sampleNext, settle, type FinishReason, type GenerateParams, type GenerateResult, type RequestProgress } from '../runtime/generation.js';
 import type { KvBlockPool, KvReservation } from '../runtime/kv-pool.js';
 import { StopMatcher } from '../runtime/stop-matcher.js';
 import type { RingEngine } from './ring-engine.js';
@@ -18,25 +18,16 @@ export interface RingGeneratorOptions {
   refuseWhenFull?: boolean;
 }
 
-interface Active {
+interface Active extends RequestProgress {
   id: number;
-  p: GenerateParams;
-  maxTokens: number;
   reservation: KvReservation;
   pos: number;
-  history: number[];
-  ids: number[];
   pending: number | undefined;
-  stop: StopMatcher;
   /** Set once resolved or rejected. */
   done: boolean;
   /** In a step now: its caches are in use until the step returns. */
   stepping: boolean;
   onAbort: () => void;
-  t0: number;
-  ttftMs: number;
-  resolve: (r: GenerateResult) => void;
-  reject: (err: unknown) => void;
 }
 
 export class RingGenerator {
@@ -162,16 +153,8 @@ export class RingGenerator {
 
   private accept(a: Active, logits: Float32Array): void {
     if (a.p.signal?.aborted === true) return this.finish(a, a.p.signal.reason);
-    const id = a.p.sampler.sample(logits, a.history);
-    if (a.ids.length === 0) a.ttftMs = performance.now() - a.t0;
-    if (a.p.isEndOfGeneration(id)) return this.finish(a, 'stop');
-    a.ids.push(id);
-    a.history.push(id);
-    const piece = a.p.decoder?.push(id) ?? '';
-    a.p.onToken?.(id, piece);
-    if (a.stop.push(piece)) return this.finish(a, 'stop');
-    if (a.ids.length >= a.maxTokens) return this.finish(a, 'length');
-    a.pending = id;
+    const outcome = sampleNext(a, logits);
+    if (outcome !== undefined) return this.finish(a, outcome);
     this.ready.push(a);
   }
 
@@ -182,10 +165,6 @@ export class RingGenerator {
     this.pool.release(a.reservation);
     // Every stage drops the request's caches (a `free` event travels the ring).
     this.engine.free([a.id]);
-    if (outcome === 'stop' || outcome === 'length') {
-      a.resolve({ ids: a.ids, finishReason: outcome, ttftMs: a.ttftMs, decodeMs: performance.now() - a.t0 - a.ttftMs });
-    } else {
-      a.reject(outcome);
-    }
+    settle(a, outcome);
   }
 }

@@ -55,7 +55,10 @@ describe(`the ring across ${useNetns ? 'network namespaces' : 'loopback (no netw
     const url = (await waitEvent(host, (e) => e.event === 'serving', 'the ring to serve', 60_000)).url as string;
     for (const m of members) expect((await waitEvent(m, (e) => e.event === 'ready', 'a member ready')).source).toBe('host');
     const links = host.events.filter((e) => e.event === 'link' && typeof e.rtt_ms === 'number');
-    expect(links.every((e) => e.kind === 'direct')).toBe(true);
+    // Direct when the dial succeeds within its timeout; on a loaded machine a link may fall back to
+    // the relay, which is correct behaviour too. Either way the tokens must be exact.
+    expect(links.length).toBeGreaterThanOrEqual(3);
+    expect(links.every((e) => e.kind === 'direct' || e.kind === 'relayed')).toBe(true);
 
     const { stdout } = await run(process.execPath, [...kiwiEntry(), 'generate', '--model', model, '--prompt', 'Once upon a time', '--max-tokens', '40', '--json'], { cwd: repoRoot });
     const reference = JSON.parse(stdout.trim().split('\n').pop() as string) as { text: string; ids: number[] };

@@ -38,24 +38,29 @@ export interface GenerateResult {
   decodeMs: number;
 }
 
-interface Active {
+/** What sampleNext and settle read and write of a request (BatchGenerator's and RingGenerator's alike). */
+export interface RequestProgress {
   p: GenerateParams;
   maxTokens: number;
-  caches: RequestCaches;
-  reservation: KvReservation;
+  /** Prompt and generated ids: the sampler's repetition window. */
   history: number[];
   ids: number[];
   /** Looks for stop sequences in the tail of the generated text only. */
   stop: StopMatcher;
-  /** Set once the request has been resolved or rejected. */
-  done: boolean;
-  onAbort: () => void;
   /** The token to feed next (sampled, not yet in the cache). */
-  pending?: number;
+  pending?: number | undefined;
   t0: number;
   ttftMs: number;
   resolve: (r: GenerateResult) => void;
   reject: (err: unknown) => void;
+}
+
+interface Active extends RequestProgress {
+  caches: RequestCaches;
+  reservation: KvReservation;
+  /** Set once the request has been resolved or rejected. */
+  done: boolean;
+  onAbort: () => void;
 }
 
 export interface BatchGeneratorOptions {
@@ -189,16 +194,8 @@ export class BatchGenerator {
 
   /** Samples from a request's logits and either queues it for the next decode step or finishes it. */
   private accept(a: Active, logits: Float32Array): void {
-    const id = a.p.sampler.sample(logits, a.history);
-    if (a.ids.length === 0) a.ttftMs = performance.now() - a.t0;
-    if (a.p.isEndOfGeneration(id)) return this.finish(a, 'stop');
-    a.ids.push(id);
-    a.history.push(id);
-    const piece = a.p.decoder?.push(id) ?? '';
-    a.p.onToken?.(id, piece);
-    if (a.stop.push(piece)) return this.finish(a, 'stop');
-    if (a.ids.length >= a.maxTokens) return this.finish(a, 'length');
-    a.pending = id;
+    const outcome = sampleNext(a, logits);
+    if (outcome !== undefined) return this.finish(a, outcome);
     this.decoding.push(a);
   }
 
@@ -207,11 +204,35 @@ export class BatchGenerator {
     a.done = true;
     a.p.signal?.removeEventListener('abort', a.onAbort);
     this.pool.release(a.reservation);
-    if (outcome === 'stop' || outcome === 'length') {
-      a.resolve({ ids: a.ids, finishReason: outcome, ttftMs: a.ttftMs, decodeMs: performance.now() - a.t0 - a.ttftMs });
-    } else {
-      a.reject(outcome);
-    }
+    settle(a, outcome);
+  }
+}
+
+/**
+ * Samples a request's next token from its logits and hands it on (decoder, onToken). Returns the
+ * finish reason when the request ends here (end of generation, stop sequence, max tokens); else
+ * undefined, with the token in `pending` to feed next.
+ */
+export function sampleNext(a: RequestProgress, logits: Float32Array): FinishReason | undefined {
+  const id = a.p.sampler.sample(logits, a.history);
+  if (a.ids.length === 0) a.ttftMs = performance.now() - a.t0;
+  if (a.p.isEndOfGeneration(id)) return 'stop';
+  a.ids.push(id);
+  a.history.push(id);
+  const piece = a.p.decoder?.push(id) ?? '';
+  a.p.onToken?.(id, piece);
+  if (a.stop.push(piece)) return 'stop';
+  if (a.ids.length >= a.maxTokens) return 'length';
+  a.pending = id;
+  return undefined;
+}
+
+/** Resolves a finished request with its result, or rejects it with whatever else ended it. */
+export function settle(a: RequestProgress, outcome: FinishReason | unknown): void {
+  if (outcome === 'stop' || outcome === 'length') {
+    a.resolve({ ids: a.ids, finishReason: outcome, ttftMs: a.ttftMs, decodeMs: performance.now() - a.t0 - a.ttftMs });
+  } else {
+    a.reject(outcome);
   }
 }
 

@@ -3,14 +3,14 @@
 // knows the runtime's API; the ring pipeline will be another CompletionBackend.
 import { basename } from 'node:path';
 import { KiwiError } from '../errors.js';
-import { chatTemplateForModel, chatTokensOf, encodeChatPrompt } from '../model/chat-template.js';
+import { chatTemplateForModel, chatTokensOf } from '../model/chat-template.js';
 import type { ChatTemplate } from '../model/chat-template.js';
 import { BatchGenerator } from '../runtime/generation.js';
 import { KvBlockPool } from '../runtime/kv-pool.js';
 import { openLocalModel } from '../runtime/local-model.js';
 import type { LocalModel, LocalModelOptions } from '../runtime/local-model.js';
-import { Sampler } from '../runtime/sampling.js';
 import { attentionHeadDim } from '../runtime/stage-graph.js';
+import { preparePrompt, streamGeneration, type RunningGenerations } from './backend-stream.js';
 import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
 
 export interface LocalBackendOptions extends LocalModelOptions {
@@ -38,7 +38,7 @@ export class LocalBackend implements CompletionBackend {
   private state: BackendStatus = 'starting';
   private loaded: Loaded | undefined;
   /** Cancels and settles every running generation (on close). */
-  private readonly running = new Map<(reason: unknown) => void, Promise<unknown>>();
+  private readonly running: RunningGenerations = new Map();
   private readonly counts = { completed: 0, cancelled: 0, failed: 0 };
 
   constructor(
@@ -116,105 +116,12 @@ export class LocalBackend implements CompletionBackend {
 
   prepare(prompt: PromptInput): PreparedPrompt {
     const { model, template } = this.ready();
-    const tok = model.tokenizer;
-    let ids: number[];
-    let text: string;
-    switch (prompt.kind) {
-      case 'chat': {
-        // OpenAI's newer 'developer' role is the 'system' role of chat templates.
-        ({ text, ids } = encodeChatPrompt(
-          tok,
-          template,
-          prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content })),
-        ));
-        break;
-      }
-      case 'text':
-        text = prompt.text;
-        ids = tok.encode(text, { parseSpecial: true });
-        break;
-      case 'ids':
-        for (const id of prompt.ids) {
-          if (id >= tok.vocabSize) {
-            throw new KiwiError('TOKEN_INVALID', `prompt token ${id} is outside the vocabulary of ${tok.vocabSize} tokens`, { param: 'prompt' });
-          }
-        }
-        ids = [...prompt.ids];
-        text = tok.decode(ids, { special: true });
-        break;
-    }
-    if (ids.length === 0) throw new KiwiError('API_BAD_REQUEST', 'the prompt is empty; give at least one token', { param: prompt.kind === 'chat' ? 'messages' : 'prompt' });
-    return { ids, text };
+    return preparePrompt(model.tokenizer, template, prompt);
   }
 
   async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
     const { model, generator } = this.ready();
-    const tok = model.tokenizer;
-    // The runtime ends a cancelled request alone, in whatever state it is (waiting for KV blocks,
-    // queued, prefilling or decoding in a batch), and frees its blocks.
-    const cancel = new AbortController();
-    let ended = false;
-    const stop = (reason: unknown): void => cancel.abort(reason);
-    const onAbort = (): void => stop(signal.reason);
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
-
-    const events: GenerationEvent[] = [];
-    let failure: { error: unknown } | undefined;
-    let wake: (() => void) | undefined;
-    const notify = (): void => {
-      wake?.();
-      wake = undefined;
-    };
-    const decoder = tok.createStreamDecoder();
-    const done = generator
-      .generate({
-        promptIds: request.promptIds,
-        maxTokens: request.maxTokens,
-        sampler: new Sampler(request.sampling),
-        isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
-        // The streamed pieces (token_to_piece, as llama.cpp's server sends them); stop sequences are looked for in them.
-        decoder,
-        stop: request.stop,
-        signal: cancel.signal,
-        onToken: (id, text) => {
-          events.push({ type: 'token', id, text });
-          notify();
-        },
-      })
-      .then(
-        (result) => {
-          this.counts.completed++;
-          events.push({ type: 'end', finishReason: result.finishReason, text: decoder.flush(), completionTokens: result.ids.length });
-          notify();
-        },
-        (error: unknown) => {
-          if (cancel.signal.aborted) this.counts.cancelled++;
-          else this.counts.failed++;
-          failure = { error };
-          notify();
-        },
-      );
-    this.running.set(stop, done);
-    try {
-      for (;;) {
-        const event = events.shift();
-        if (event !== undefined) {
-          if (event.type === 'end') ended = true;
-          yield event;
-          if (ended) return;
-        } else if (failure !== undefined) {
-          throw failure.error;
-        } else {
-          await new Promise<void>((resolve) => (wake = resolve));
-        }
-      }
-    } finally {
-      signal.removeEventListener('abort', onAbort);
-      // A consumer that stops reading early cancels the generation (and so frees its KV blocks).
-      if (!ended && !cancel.signal.aborted) stop(new KiwiError('API_CLIENT_CLOSED', 'the consumer stopped reading'));
-      void done.then(() => this.running.delete(stop));
-    }
+    yield* streamGeneration(generator, model.tokenizer, request, signal, { counts: this.counts, running: this.running });
   }
 
   /** Cancels running generations, waits for them to let go of the model, and frees it. */

@@ -85,6 +85,20 @@ export function hostedRing(ring: SessionHost, opts: { model: string; server: Ope
   };
 }
 
+/**
+ * The SessionHost options read from the model file, as `kiwi host --model` and hosting from the UI
+ * both build them: its path and layer sizes, and the host's device.
+ */
+export async function ringModelOptions(modelPath: string): Promise<Pick<SessionHostOptions, 'modelPath' | 'modelSizes' | 'hostDevice'>> {
+  const file = await openGguf(modelPath);
+  return {
+    modelPath,
+    modelSizes: modelSizesFromSummary(summarizeModel(file)),
+    // Without a benchmark of its own, the host stands in its RAM (memory tier) for every device that reports none.
+    hostDevice: { memoryBytes: totalmem() },
+  };
+}
+
 export interface RingHostingOptions {
   session?: HostOptions;
   /** Where /v1 listens: default 127.0.0.1:8080. */
@@ -101,12 +115,11 @@ export function ringHosting(opts: RingHostingOptions = {}): StartHosting {
     // Checked first so that a typo fails before a code is shown to friends.
     const isFile = await stat(req.model).then((st) => st.isFile(), () => false);
     if (!isFile) throw new KiwiError('FILE_NOT_FOUND', `Model file ${req.model} does not exist. Pick the path of a GGUF file.`);
-    const file = await openGguf(req.model);
+    const { hostDevice, ...model } = await ringModelOptions(req.model);
     const ring = await createSessionHost({
-      hostDevice: { memoryBytes: totalmem() },
+      hostDevice,
       ...opts.ring,
-      modelPath: req.model,
-      modelSizes: modelSizesFromSummary(summarizeModel(file)),
+      ...model,
       session: { ...opts.session, ...(req.auto_approve !== undefined ? { autoApprove: req.auto_approve } : {}) },
     });
     let server: OpenAiServer;

@@ -1,0 +1,135 @@
+// What every CompletionBackend does the same way around its generator (a BatchGenerator in this
+// process, the RingGenerator over a ring): tokenizing a prompt input, and turning one generation
+// into the stream of token / end events, with cancellation by the caller, by a consumer that stops
+// reading, or by the backend's close().
+import { KiwiError } from '../errors.js';
+import { encodeChatPrompt, type ChatTemplate } from '../model/chat-template.js';
+import type { Tokenizer } from '../model/tokenizer/tokenizer.js';
+import type { GenerateParams, GenerateResult } from '../runtime/generation.js';
+import { Sampler } from '../runtime/sampling.js';
+import type { GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
+
+/** The generation loop a backend drives (BatchGenerator, RingGenerator). */
+export interface TokenGenerator {
+  generate(p: GenerateParams): Promise<GenerateResult>;
+}
+
+/** Generations so far by how they ended. */
+export interface GenerationCounts {
+  completed: number;
+  cancelled: number;
+  failed: number;
+}
+
+/** A backend's bookkeeping of its generations: close() cancels every key and awaits every value. */
+export type RunningGenerations = Map<(reason: unknown) => void, Promise<unknown>>;
+
+/** Tokenizes a prompt input (rendering chat messages with the template); throws KiwiError on bad input. */
+export function preparePrompt(tok: Tokenizer, template: ChatTemplate, prompt: PromptInput): PreparedPrompt {
+  let ids: number[];
+  let text: string;
+  switch (prompt.kind) {
+    case 'chat': {
+      // OpenAI's newer 'developer' role is the 'system' role of chat templates.
+      ({ text, ids } = encodeChatPrompt(
+        tok,
+        template,
+        prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content })),
+      ));
+      break;
+    }
+    case 'text':
+      text = prompt.text;
+      ids = tok.encode(text, { parseSpecial: true });
+      break;
+    case 'ids':
+      for (const id of prompt.ids) {
+        if (id >= tok.vocabSize) {
+          throw new KiwiError('TOKEN_INVALID', `prompt token ${id} is outside the vocabulary of ${tok.vocabSize} tokens`, { param: 'prompt' });
+        }
+      }
+      ids = [...prompt.ids];
+      text = tok.decode(ids, { special: true });
+      break;
+  }
+  if (ids.length === 0) throw new KiwiError('API_BAD_REQUEST', 'the prompt is empty; give at least one token', { param: prompt.kind === 'chat' ? 'messages' : 'prompt' });
+  return { ids, text };
+}
+
+/**
+ * Runs one generation and yields its events: tokens, then one `end` (or throws the generator's
+ * error). Aborting `signal`, or stopping to read early, cancels the generation; the generator ends
+ * a cancelled request alone, in whatever state it is, and frees what it holds (KV blocks; in a
+ * ring, its caches on every stage). Each generation is in `running` until it settled.
+ */
+export async function* streamGeneration(
+  generator: TokenGenerator,
+  tok: Tokenizer,
+  request: GenerationRequest,
+  signal: AbortSignal,
+  track: { counts: GenerationCounts; running: RunningGenerations },
+): AsyncGenerator<GenerationEvent> {
+  const cancel = new AbortController();
+  let ended = false;
+  const stop = (reason: unknown): void => cancel.abort(reason);
+  const onAbort = (): void => stop(signal.reason);
+  if (signal.aborted) onAbort();
+  else signal.addEventListener('abort', onAbort, { once: true });
+
+  const events: GenerationEvent[] = [];
+  let failure: { error: unknown } | undefined;
+  let wake: (() => void) | undefined;
+  const notify = (): void => {
+    wake?.();
+    wake = undefined;
+  };
+  const decoder = tok.createStreamDecoder();
+  const done = generator
+    .generate({
+      promptIds: request.promptIds,
+      maxTokens: request.maxTokens,
+      sampler: new Sampler(request.sampling),
+      isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
+      // The streamed pieces (token_to_piece, as llama.cpp's server sends them); stop sequences are looked for in them.
+      decoder,
+      stop: request.stop,
+      signal: cancel.signal,
+      onToken: (id, text) => {
+        events.push({ type: 'token', id, text });
+        notify();
+      },
+    })
+    .then(
+      (result) => {
+        track.counts.completed++;
+        events.push({ type: 'end', finishReason: result.finishReason, text: decoder.flush(), completionTokens: result.ids.length });
+        notify();
+      },
+      (error: unknown) => {
+        if (cancel.signal.aborted) track.counts.cancelled++;
+        else track.counts.failed++;
+        failure = { error };
+        notify();
+      },
+    );
+  track.running.set(stop, done);
+  try {
+    for (;;) {
+      const event = events.shift();
+      if (event !== undefined) {
+        if (event.type === 'end') ended = true;
+        yield event;
+        if (ended) return;
+      } else if (failure !== undefined) {
+        throw failure.error;
+      } else {
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+    }
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+    // A consumer that stops reading early cancels the generation (and so frees what it holds).
+    if (!ended && !cancel.signal.aborted) stop(new KiwiError('API_CLIENT_CLOSED', 'the consumer stopped reading'));
+    void done.then(() => track.running.delete(stop));
+  }
+}
