@@ -5,20 +5,18 @@
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { isKiwiError, KiwiError } from '../engine/errors.js';
-import { join } from 'node:path';
-import { totalmem } from 'node:os';
+import { createHash } from 'node:crypto';
+import { basename, join } from 'node:path';
+import { downloadFile } from '../engine/model/download.js';
 import { kiwiCacheDir } from '../engine/paths.js';
-import { openGguf } from '../engine/model/gguf/gguf-reader.js';
-import { summarizeModel } from '../engine/model/model-summary.js';
 import { SessionHost } from '../engine/pipeline/session-host.js';
 import { ShardCache } from '../engine/runtime/shard-cache.js';
 import { startControlApi, type ControlApi } from '../engine/server/control-api.js';
 import { SessionControl } from '../engine/server/control-api-source.js';
 import { startOpenAiServer, type OpenAiServer } from '../engine/server/http-server.js';
-import { hostedRing } from '../engine/server/ring-control.js';
+import { hostedRing, ringModelOptions } from '../engine/server/ring-control.js';
 import { createHost } from '../engine/session/host.js';
 import { ACTIVATION_ENCODINGS, type ActivationEncoding } from '../engine/transport/tensor-frame.js';
-import { modelSizesFromSummary } from './plan.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
@@ -33,6 +31,10 @@ export const hostCommand = defineCommand({
   positionals: [],
   options: {
     model: { type: 'string', valueName: 'M', description: 'Model the session will serve (GGUF file)' },
+    'model-url': {
+      type: 'string', valueName: 'URL',
+      description: 'Where the model is published (http/https): without --model the host downloads it into the cache (once); members without a copy fetch just their tensors from it with range requests, else from the host',
+    },
     port: { type: 'string', valueName: 'P', description: 'Port of the OpenAI-compatible API once serving', default: '8080' },
     rendezvous: { type: 'string', valueName: 'URL', description: 'Use this rendezvous instead of an embedded one' },
     'rendezvous-host': { type: 'string', valueName: 'ADDR', description: 'Address of the embedded rendezvous (beyond loopback it is announced on the LAN)', default: '0.0.0.0' },
@@ -63,7 +65,10 @@ export const hostCommand = defineCommand({
     const softEvictMs = intOption(stringOption(ctx, 'soft-evict-ms') ?? '15000', 'soft-evict-ms', 1, 86_400_000);
     const hardEvictMs = intOption(stringOption(ctx, 'hard-evict-ms') ?? '120000', 'hard-evict-ms', 2, 86_400_000);
     if (hardEvictMs <= softEvictMs) throw new KiwiError('USAGE', '--hard-evict-ms must be longer than --soft-evict-ms');
-    const model = stringOption(ctx, 'model');
+    const modelUrl = stringOption(ctx, 'model-url');
+    if (modelUrl !== undefined && !/^https?:\/\/./.test(modelUrl)) throw new KiwiError('USAGE', `--model-url must be an http:// or https:// URL, got '${modelUrl}'`);
+    let model = stringOption(ctx, 'model');
+    if (model === undefined && modelUrl !== undefined) model = await cachedModel(modelUrl, print);
     if (model !== undefined) {
       // Checked now so that a typo fails before friends start joining.
       const isFile = await stat(model).then((st) => st.isFile(), () => false);
@@ -179,6 +184,20 @@ export const hostCommand = defineCommand({
 
 type Ctx = Parameters<typeof hostCommand.run>[0];
 
+/** The model at `url` in the cache (downloaded, resumably and once, under a name derived from the URL). */
+async function cachedModel(url: string, print: ReturnType<typeof eventPrinter>): Promise<string> {
+  const name = basename(new URL(url).pathname).replace(/[^A-Za-z0-9._-]/g, '_') || 'model.gguf';
+  // A folder per URL keeps the file's own name, which is the model's name in the API.
+  const dest = join(kiwiCacheDir(), 'models', createHash('sha256').update(url).digest('hex').slice(0, 16), name);
+  const cached = await stat(dest).then((st) => st.isFile(), () => false);
+  if (!cached) {
+    print('downloading', { url }, `Downloading the model from ${url}`);
+    await downloadFile({ url, dest });
+  }
+  print('model', { path: dest, url, downloaded: !cached }, `Model ${dest}`);
+  return dest;
+}
+
 /** Starts the API (503 until the ring serves) and forms the ring in the background. */
 async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeof createHost>>, expect: number | undefined, print: ReturnType<typeof eventPrinter>): Promise<{ ring: SessionHost; server: OpenAiServer }> {
   const encoding = stringOption(ctx, 'activations') ?? 'f32';
@@ -186,15 +205,12 @@ async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeo
   const contextText = stringOption(ctx, 'context');
   const threadsText = stringOption(ctx, 'threads');
   const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
-  const file = await openGguf(model);
   const ring = new SessionHost(host, {
-    modelPath: model,
-    modelSizes: modelSizesFromSummary(summarizeModel(file)),
+    ...(await ringModelOptions(model)),
+    ...(stringOption(ctx, 'model-url') !== undefined ? { modelUrl: stringOption(ctx, 'model-url') } : {}),
     session: {},
     ...(expect !== undefined ? { expect } : {}),
     settleMs: intOption(stringOption(ctx, 'settle-ms') ?? '3000', 'settle-ms', 0, 3_600_000),
-    // Without a benchmark of its own, the host stands in its RAM (memory tier) for every device that reports none.
-    hostDevice: { memoryBytes: totalmem() },
     wire: { encoding: encoding as ActivationEncoding, zstd: booleanOption(ctx, 'zstd') },
     maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
     maxBatch: parallel,

@@ -76,6 +76,7 @@ export const joinCommand = defineCommand({
     ring.on('weights-progress', (p) => print('weights-progress', { received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `weights: ${p.receivedBytes} of ${p.totalBytes} bytes`));
     ring.on('ready', (r) => print('ready', { source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
+    ring.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
     // `status` on stdin: this member's stage and the requests whose KV caches it holds.
     const rl = createInterface({ input: process.stdin, terminal: false });
     rl.on('line', (line) => {

@@ -3,6 +3,7 @@
 // byte spans of this member's tensors at their original offsets, so the GGUF reader, the shard
 // cache key and the stage loader work on it unchanged and nothing else is ever stored.
 // progress.jsonl records the spans already verified (sha256), so an interrupted transfer resumes.
+// fetchSpans fills it from a URL instead, one HTTP Range request per span.
 import { createHash } from 'node:crypto';
 import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -152,5 +153,64 @@ export class PartialModel {
     // fill the same file (different spans) at once, and small O_APPEND writes never interleave.
     this.progress.done.push(span);
     await appendFile(this.progressPath, `${JSON.stringify(span)}\n`);
+  }
+}
+
+const WRITE_BYTES = 1 << 20;
+
+/**
+ * Fetches each span from `url` with one HTTP Range request (`bytes=a-b`) into `partial` and
+ * verifies it against the host's sha256, exactly as a span streamed from the host. Any failure
+ * (network, a server without ranges, short or wrong bytes) is a WEIGHTS_TRANSFER_FAILED; spans
+ * verified before it stay recorded, so the caller can get the rest elsewhere.
+ */
+export async function fetchSpans(url: string, spans: readonly HashedSpan[], partial: PartialModel, onBytes: (bytes: number) => void, signal?: AbortSignal): Promise<void> {
+  const fail = (why: string): KiwiError => new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not fetch the model's bytes from ${url}: ${why}.`);
+  for (const s of spans) {
+    if (s.bytes > 0) {
+      const last = s.offset + s.bytes - 1;
+      let res: Response;
+      try {
+        res = await fetch(url, { headers: { range: `bytes=${s.offset}-${last}` }, ...(signal !== undefined ? { signal } : {}) });
+      } catch (err) {
+        throw fail((err as Error).message);
+      }
+      const contentRange = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.headers.get('content-range') ?? '');
+      if (res.status !== 206 || res.body === null || contentRange === null || Number(contentRange[1]) !== s.offset || Number(contentRange[2]) !== last) {
+        await res.body?.cancel();
+        throw fail(`asked for bytes ${s.offset}-${last}, got HTTP ${res.status}${contentRange === null ? ' without a matching Content-Range' : ` with ${contentRange[0]}`}`);
+      }
+      const reader = res.body.getReader();
+      let at = s.offset;
+      let pending: Uint8Array[] = [];
+      let pendingBytes = 0;
+      const flush = async (): Promise<void> => {
+        if (pendingBytes === 0) return;
+        await partial.write(at, Buffer.concat(pending, pendingBytes), [s]);
+        at += pendingBytes;
+        onBytes(pendingBytes);
+        pending = [];
+        pendingBytes = 0;
+      };
+      for (;;) {
+        let chunk: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          chunk = await reader.read();
+        } catch (err) {
+          throw fail((err as Error).message);
+        }
+        if (chunk.done) break;
+        if (at + pendingBytes + chunk.value.length > s.offset + s.bytes) {
+          await reader.cancel();
+          throw fail(`the server sent more than the ${s.bytes} bytes asked for at ${s.offset}`);
+        }
+        pending.push(chunk.value);
+        pendingBytes += chunk.value.length;
+        if (pendingBytes >= WRITE_BYTES) await flush();
+      }
+      await flush();
+      if (at !== s.offset + s.bytes) throw fail(`the response for ${s.bytes} bytes at ${s.offset} ended after ${at - s.offset}`);
+    }
+    await partial.verify(s);
   }
 }

@@ -1,5 +1,6 @@
 // A member's part of the ring: takes its assignment from the host, obtains its weights (its own
-// copy of the model, an earlier transfer, or streamed from the host now), opens its Stage, and then
+// copy of the model, an earlier transfer, HTTP range requests to the model's URL when the host
+// names one, or streamed from the host now), opens its Stage, and then
 // runs every step that arrives from its ring neighbour, sending the result to the next one. Steps
 // run one at a time in arrival order, so each request's KV cache grows in order; per-request caches
 // live here until a `free` event (request ended or cancelled) passes through.
@@ -13,7 +14,7 @@ import { Stage, type KvCache, type StageInput } from '../runtime/stage.js';
 import type { MemberSession } from '../session/member.js';
 import { decodeStepFrame, encodeStepFrame, type WireOptions } from '../transport/tensor-frame.js';
 import type { SecureLink } from '../transport/secure-link.js';
-import { PartialModel, type HashedSpan } from './member-weights.js';
+import { fetchSpans, PartialModel, type HashedSpan } from './member-weights.js';
 import {
   Assign, decodeRingEvent, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody, parseStepMetadata, RingKind,
   type MemberToHostBody, type RingEvent, type WeightsPlan,
@@ -34,9 +35,13 @@ export interface RingMemberOptions {
 export interface RingMemberEvents {
   assigned: [a: { start: number; end: number; head: boolean }];
   'weights-progress': [p: { receivedBytes: number; totalBytes: number }];
-  ready: [r: { source: 'local' | 'cache' | 'host'; transferredBytes: number; loadMs: number }];
+  ready: [r: { source: WeightsSource; transferredBytes: number; loadMs: number }];
+  /** Something that did not stop the member, e.g. the model's URL failed and the host streams the weights instead. */
+  warning: [err: KiwiError];
   error: [err: KiwiError];
 }
+
+type WeightsSource = 'local' | 'cache' | 'url' | 'host';
 
 interface Transfer {
   plan: HashedSpan[];
@@ -164,15 +169,40 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
   }
 
-  private async obtainWeights(a: Assign): Promise<{ file: GgufFile; source: 'local' | 'cache' | 'host'; transferredBytes: number }> {
+  private async obtainWeights(a: Assign): Promise<{ file: GgufFile; source: WeightsSource; transferredBytes: number }> {
     const plan = await this.nextPlan();
     if (this.opts.modelPath !== undefined) {
       const file = await openGguf(this.opts.modelPath);
       if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };
     }
     const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
-    const missing = partial.missing(plan.spans);
+    let missing = partial.missing(plan.spans);
     if (missing.length === 0) return { file: await openGguf(partial.path), source: 'cache', transferredBytes: 0 };
+    if (a.model.url !== undefined) {
+      const totalBytes = missing.reduce((n, s) => n + s.bytes, 0);
+      let receivedBytes = 0;
+      let lastReportedBytes = 0;
+      try {
+        await fetchSpans(a.model.url, missing, partial, (n) => {
+          receivedBytes += n;
+          if (receivedBytes - lastReportedBytes < PROGRESS_EVERY_BYTES && receivedBytes < totalBytes) return;
+          lastReportedBytes = receivedBytes;
+          this.loadFraction = totalBytes > 0 ? 0.9 * Math.min(1, receivedBytes / totalBytes) : 0.9;
+          this.send({ kind: 'weights-progress', receivedBytes, totalBytes });
+          this.emit('weights-progress', { receivedBytes, totalBytes });
+        });
+      } catch (err) {
+        if (!isKiwiError(err)) throw err;
+        // The host has the file too: what the URL did not give, it streams.
+        this.emit('warning', new KiwiError(err.code, `${err.message} Receiving the rest from the host instead.`));
+      }
+      missing = partial.missing(plan.spans);
+      if (missing.length === 0) {
+        const file = await openGguf(partial.path);
+        if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The model header fetched from ${a.model.url} does not match the host's model.`);
+        return { file, source: 'url', transferredBytes: receivedBytes };
+      }
+    }
     const totalBytes = missing.reduce((n, s) => n + s.bytes, 0);
     await new Promise<void>((resolve, reject) => {
       this.transfer = { plan: plan.spans, partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, done: resolve, failed: reject };

@@ -40,6 +40,9 @@ describe('ring protocol', () => {
     };
     expect(parsePipelineBody(HostToMemberBody, assign)).toEqual(assign);
     expect(code(() => parsePipelineBody(HostToMemberBody, { ...assign, encoding: 'f8' }))).toBe('RING_PROTOCOL');
+    const withUrl = { ...assign, model: { ...assign.model, url: 'https://example.org/m.gguf' } };
+    expect(parsePipelineBody(HostToMemberBody, withUrl)).toEqual(withUrl);
+    expect(code(() => parsePipelineBody(HostToMemberBody, { ...assign, model: { ...assign.model, url: 'file:///etc/passwd' } }))).toBe('RING_PROTOCOL');
     expect(code(() => parsePipelineBody(HostToMemberBody, { kind: 'weights-chunk', offset: 0, data: 'x'.repeat(60_000) }))).toBe('RING_PROTOCOL');
     expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', source: 'host', transferredBytes: 5, loadMs: 1 }).kind).toBe('ready');
     expect(code(() => parsePipelineBody(MemberToHostBody, { kind: 'ready', source: 'somewhere', transferredBytes: 5, loadMs: 1 }))).toBe('RING_PROTOCOL');

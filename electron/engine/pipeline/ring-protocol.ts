@@ -24,8 +24,11 @@ export const Assign = z.strictObject({
   next: peer,
   encoding: z.enum(ACTIVATION_ENCODINGS as ['f32', 'f16', 'int8']),
   zstd: z.boolean(),
-  /** The model: modelFingerprint() of the host's GGUF, its name and size. */
-  model: z.strictObject({ fingerprint: hex64, name: z.string().max(200), fileBytes: z.number().int().nonnegative() }),
+  /** The model: modelFingerprint() of the host's GGUF, its name and size, and where the host got it (members fetch ranges from there). */
+  model: z.strictObject({
+    fingerprint: hex64, name: z.string().max(200), fileBytes: z.number().int().nonnegative(),
+    url: z.string().max(2048).regex(/^https?:\/\//).optional(),
+  }),
   maxPositions: z.number().int().min(1).max(16_777_216),
 });
 export type Assign = z.infer<typeof Assign>;
@@ -57,8 +60,8 @@ export const MemberToHostBody = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('weights-progress'), receivedBytes: z.number().int().nonnegative(), totalBytes: z.number().int().nonnegative() }),
   z.strictObject({
     kind: z.literal('ready'),
-    /** Where its weights came from: its own file, earlier transfers (cache), or the host now. */
-    source: z.enum(['local', 'cache', 'host']),
+    /** Where its weights came from: its own file, earlier transfers (cache), the model's URL, or the host now. */
+    source: z.enum(['local', 'cache', 'url', 'host']),
     transferredBytes: z.number().int().nonnegative(),
     loadMs: z.number().nonnegative(),
   }),

@@ -32,6 +32,8 @@ import { planRing } from './session-fleet.js';
 
 export interface SessionHostOptions {
   modelPath: string;
+  /** Where the model file came from: members without a copy fetch their tensors' byte ranges from it. */
+  modelUrl?: string;
   /** The model as the planner sizes it (commands/plan.ts: modelSizesFromSummary). */
   modelSizes: ModelSizes;
   session: HostOptions;
@@ -64,7 +66,7 @@ export interface StageStatus {
   end: number;
   head: boolean;
   state: 'assigned' | 'loading' | 'ready' | 'failed';
-  source?: 'local' | 'cache' | 'host';
+  source?: 'local' | 'cache' | 'url' | 'host';
   transferredBytes?: number;
   loadMs?: number;
 }
@@ -280,7 +282,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         kind: 'assign', start: s.start, end: s.end,
         prev: order[i - 1]!.peer, next: order[(i + 1) % order.length]!.peer,
         encoding: wire.encoding, zstd: wire.zstd,
-        model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize },
+        model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize, ...(this.opts.modelUrl !== undefined ? { url: this.opts.modelUrl } : {}) },
         maxPositions: shape.maxPositions,
       };
       const spans = await hashSpans(this.opts.modelPath, stageSpans(file, s));

@@ -1,4 +1,4 @@
-// A local HTTP server for download tests: serves one byte buffer with optional Range support,
+// A local HTTP server for download tests: serves one byte buffer with optional Range support (`bytes=a-`, `bytes=a-b`),
 // redirects, failures and a connection cut after N bytes. Loopback only.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -35,20 +35,23 @@ export async function startRangeServer(options: RangeServerOptions): Promise<Ran
     }
     const body = options.body;
     let start = 0;
+    let end = body.length - 1;
     let status = 200;
     const headers: Record<string, string> = {};
-    const match = range !== undefined ? /^bytes=(\d+)-$/.exec(range) : null;
+    // `bytes=a-` and `bytes=a-b` (inclusive end, clamped to the body as HTTP says).
+    const match = range !== undefined ? /^bytes=(\d+)-(\d*)$/.exec(range) : null;
     if (options.supportRange !== false && match?.[1] !== undefined) {
       start = Number(match[1]);
-      if (start >= body.length) {
+      if (match[2] !== undefined && match[2] !== '') end = Math.min(end, Number(match[2]));
+      if (start >= body.length || end < start) {
         res.writeHead(416, { 'content-range': `bytes */${body.length}` });
         res.end();
         return;
       }
       status = 206;
-      headers['content-range'] = `bytes ${start}-${body.length - 1}/${body.length}`;
+      headers['content-range'] = `bytes ${start}-${end}/${body.length}`;
     }
-    const slice = body.subarray(start);
+    const slice = body.subarray(start, end + 1);
     headers['content-length'] = String(slice.length);
     res.writeHead(status, headers);
     if (options.cutAfterBytes !== undefined && options.cutAfterBytes < slice.length) {
