@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { generateText, streamText } from 'ai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
 import { kiwiEntry, ProcessSet, repoRoot, waitEvent, type Proc } from '../test-support/processes.js';
@@ -119,6 +121,15 @@ describe('the ring served as an OpenAI API (real processes on loopback)', () => 
     const chatReference = await kiwiJson('generate', '--model', model, '--prompt', 'Tell me a story', '--chat', '--max-tokens', '32');
     const chat = await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 32, ...greedy });
     expect(chat.choices[0]?.message.content).toBe(chatReference.text);
+
+    // A second OpenAI-compatible client library (the Vercel AI SDK), streaming and not.
+    const provider = createOpenAICompatible({ name: 'kiwi', baseURL: ring.url, includeUsage: true });
+    const sdkOptions = { model: provider('stories260K'), prompt: 'Tell me a story', maxOutputTokens: 32, temperature: 0 } as const;
+    const sdkText = await generateText(sdkOptions);
+    expect(sdkText.text).toBe(chatReference.text);
+    let sdkStreamed = '';
+    for await (const piece of streamText(sdkOptions).textStream) sdkStreamed += piece;
+    expect(sdkStreamed).toBe(chatReference.text);
 
     // Concurrent streaming clients, two prompts interleaved: each gets its prompt's text.
     const other = 'The little dog';
