@@ -3,18 +3,13 @@
 // with SIGKILL is soft- then hard-evicted and can rejoin.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { formatSessionCode, parseSessionCode } from '../engine/session/session-code.js';
-import { kiwiEntry, ProcessSet, waitEvent, type Proc } from '../engine/test-support/processes.js';
+import { ProcessSet, waitEvent, type Proc } from '../engine/test-support/processes.js';
 
 const procs = new ProcessSet();
 afterEach(() => procs.killAll());
 afterAll(() => procs.dispose());
 
-function kiwi(...args: string[]): Proc {
-  // Loopback only: the host and members would otherwise listen on every interface and announce
-  // the session on the LAN.
-  const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
-  return procs.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
-}
+const kiwi = (...args: string[]): Proc => procs.kiwi(...args);
 
 async function startRendezvous(...extra: string[]): Promise<string> {
   const rv = kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json', ...extra);

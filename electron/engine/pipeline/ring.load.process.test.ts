@@ -4,55 +4,26 @@
 // grow from one round of 16 to the next, and once the admission queue is full `kiwi host`
 // answers 429 with Retry-After.
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
-import { kiwiEntry, ProcessSet, repoRoot, waitEvent, type Proc } from '../test-support/processes.js';
+import { askStatus, isolatedCacheDir, kiwiEntry, ProcessSet, repoRoot, type Proc, until, waitEvent } from '../test-support/processes.js';
 
 const run = promisify(execFile);
 const procs = new ProcessSet();
-let dir: string;
-let savedCacheDir: string | undefined;
+isolatedCacheDir('kiwi-ring-load-');
+afterAll(() => procs.dispose());
 
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-ring-load-'));
-  savedCacheDir = process.env.KIWI_CACHE_DIR;
-  process.env.KIWI_CACHE_DIR = join(dir, 'cache');
-});
-afterAll(async () => {
-  procs.dispose();
-  if (savedCacheDir === undefined) delete process.env.KIWI_CACHE_DIR;
-  else process.env.KIWI_CACHE_DIR = savedCacheDir;
-  await rm(dir, { recursive: true, force: true });
-});
-
-function kiwi(...args: string[]): Proc {
-  const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
-  return procs.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
-}
+const kiwi = (...args: string[]): Proc => procs.kiwi(...args);
 
 async function generate(model: string, prompt: string, maxTokens: number): Promise<string> {
   const { stdout } = await run(process.execPath, [...kiwiEntry(), 'generate', '--model', model, '--prompt', prompt, '--max-tokens', String(maxTokens), '--json'], { cwd: repoRoot, maxBuffer: 1 << 24 });
   return (JSON.parse(stdout.trim().split('\n').pop() as string) as { text: string }).text;
 }
 
-async function askStatus(p: Proc): Promise<Record<string, unknown>> {
-  const seen = p.events.length;
-  p.child.stdin?.write('status\n');
-  return waitEvent(p, (e) => e.event === 'status' && p.events.indexOf(e) >= seen, 'a status listing');
-}
 
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const start = Date.now();
-  while (!(await check())) {
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** Resident memory of a process in bytes (Linux /proc). */
 async function rss(p: Proc): Promise<number> {

@@ -4,40 +4,22 @@
 // exactly `kiwi generate`'s on one machine, token for token, for stories260K and for a synthetic
 // 8-layer model; several concurrent streaming clients each get their own correct text.
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateText, streamText } from 'ai';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
-import { kiwiEntry, ProcessSet, repoRoot, waitEvent, type Proc } from '../test-support/processes.js';
+import { askStatus, isolatedCacheDir, kiwiEntry, ProcessSet, repoRoot, type Proc, until, waitEvent } from '../test-support/processes.js';
 
 const run = promisify(execFile);
 const procs = new ProcessSet();
-let dir: string;
-let savedCacheDir: string | undefined;
-
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-ring-'));
-  // Every process of this file keeps its shard cache and received weights here.
-  savedCacheDir = process.env.KIWI_CACHE_DIR;
-  process.env.KIWI_CACHE_DIR = join(dir, 'cache');
-});
+const tempDir = isolatedCacheDir('kiwi-ring-');
 afterEach(() => procs.killAll());
-afterAll(async () => {
-  procs.dispose();
-  if (savedCacheDir === undefined) delete process.env.KIWI_CACHE_DIR;
-  else process.env.KIWI_CACHE_DIR = savedCacheDir;
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => procs.dispose());
 
-function kiwi(...args: string[]): Proc {
-  const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
-  return procs.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
-}
+const kiwi = (...args: string[]): Proc => procs.kiwi(...args);
 
 async function kiwiJson(...args: string[]): Promise<Record<string, unknown>> {
   const { stdout } = await run(process.execPath, [...kiwiEntry(), ...args, '--json'], { cwd: repoRoot, maxBuffer: 1 << 24 });
@@ -68,20 +50,7 @@ async function startRing(model: string, extra: { host?: string[]; members?: stri
 
 const greedy = { temperature: 0 } as const;
 
-/** Types `status` into a host or member and returns the status it prints. */
-async function askStatus(p: Proc): Promise<Record<string, unknown>> {
-  const seen = p.events.length;
-  p.child.stdin?.write('status\n');
-  return waitEvent(p, (e) => e.event === 'status' && p.events.indexOf(e) >= seen, 'a status listing');
-}
 
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const start = Date.now();
-  while (!(await check())) {
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe('the ring served as an OpenAI API (real processes on loopback)', () => {
   it('plans the ring over both members and gives exactly the tokens of one machine for stories260K', async () => {
@@ -164,7 +133,7 @@ describe('the ring served as an OpenAI API (real processes on loopback)', () => 
   }, 180_000);
 
   it('gives exactly the tokens of one machine for a synthetic 8-layer model over relayed, zstd-compressed links', async () => {
-    const model = join(dir, 'tiny8.gguf');
+    const model = join(tempDir(), 'tiny8.gguf');
     const shape = { name: 'tiny8', architecture: 'llama', blockCount: 8, embeddingLength: 64, headCount: 4, headCountKv: 2, feedForwardLength: 160, vocabSize: 320, contextLength: 512 };
     await kiwiJson('synth', '--shape', JSON.stringify(shape), '--quant', 'q8_0', '--out', model, '--seed', '7');
     const ring = await startRing(model, { host: ['--zstd', '--relay-only'], members: ['--relay-only'] });

@@ -42,10 +42,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function kiwi(...args: string[]): Proc {
-  const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
-  return procs.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
-}
+const kiwi = (...args: string[]): Proc => procs.kiwi(...args);
 
 /** A host serving the model from `url`, `ada` with her own copy and `bob` with none; each test gets a fresh cache. */
 async function startRing(url: string, cache: string, onModel: () => void = () => {}): Promise<{ api: string; host: Proc; bob: Proc }> {

@@ -1,28 +1,13 @@
 // `kiwi host --model M --ui-port 0` as a real process with a `kiwi join` member: it prints the UI's
 // address with its token, and that control API's /api/status shows the ring's plan and links.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { SessionStatus } from '../../../common/control-api.js';
 import { testModelPath } from '../model/test-models.js';
-import { kiwiEntry, ProcessSet, waitEvent } from '../test-support/processes.js';
+import { isolatedCacheDir, kiwiEntry, ProcessSet, waitEvent } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
-let dir: string;
-let savedCacheDir: string | undefined;
-
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-ui-port-'));
-  savedCacheDir = process.env.KIWI_CACHE_DIR;
-  process.env.KIWI_CACHE_DIR = join(dir, 'cache');
-});
-afterAll(async () => {
-  procs.dispose();
-  if (savedCacheDir === undefined) delete process.env.KIWI_CACHE_DIR;
-  else process.env.KIWI_CACHE_DIR = savedCacheDir;
-  await rm(dir, { recursive: true, force: true });
-});
+isolatedCacheDir('kiwi-ui-port-');
+afterAll(() => procs.dispose());
 
 describe('kiwi host --ui-port', () => {
   it('serves the UI\'s control API over the running ring, with its plan and links', async () => {

@@ -2,8 +2,11 @@
 // runs a stale dist/), JSON-line events read from stdout, and every child killed when the test
 // ends, also when it fails.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { afterAll, beforeAll } from 'vitest';
 
 export type Event = Record<string, unknown> & { event?: string };
 
@@ -31,6 +34,13 @@ export class ProcessSet {
 
   constructor() {
     process.once('exit', () => this.killAll());
+  }
+
+  /** Runs `kiwi args...` from source on loopback only (host and join would otherwise listen on
+   * every interface and announce the session on the LAN). */
+  kiwi(...args: string[]): Proc {
+    const loopback = args[0] === 'host' ? ['--rendezvous-host', '127.0.0.1', '--listen', '127.0.0.1'] : args[0] === 'join' ? ['--listen', '127.0.0.1'] : [];
+    return this.spawn(process.execPath, [...kiwiEntry(), ...args, ...loopback]);
   }
 
   /** Runs `command args...`; use node via `node(...)` or wrap with `ip netns exec NS`. */
@@ -70,4 +80,39 @@ export async function waitEvent(p: Proc, match: (e: Event) => boolean, what: str
     if (Date.now() - started > timeoutMs) throw new Error(`timed out waiting for ${what}; events: ${JSON.stringify(p.events)}; stderr: ${p.stderr.join('\n')}`);
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+/** Types `status` into a host or member and returns the status it prints. */
+export async function askStatus(p: Proc): Promise<Record<string, unknown>> {
+  const seen = p.events.length;
+  p.child.stdin?.write('status\n');
+  return waitEvent(p, (e) => e.event === 'status' && p.events.indexOf(e) >= seen, 'a status listing');
+}
+
+export async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+  const start = Date.now();
+  while (!(await check())) {
+    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * Gives the test file a temporary folder whose `cache/` is KIWI_CACHE_DIR for every process it
+ * starts (shard cache, received weights), restored and removed after the file. Returns the folder.
+ */
+export function isolatedCacheDir(prefix: string): () => string {
+  let dir = '';
+  let saved: string | undefined;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), prefix));
+    saved = process.env.KIWI_CACHE_DIR;
+    process.env.KIWI_CACHE_DIR = join(dir, 'cache');
+  });
+  afterAll(async () => {
+    if (saved === undefined) delete process.env.KIWI_CACHE_DIR;
+    else process.env.KIWI_CACHE_DIR = saved;
+    await rm(dir, { recursive: true, force: true });
+  });
+  return () => dir;
 }
