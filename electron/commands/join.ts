@@ -74,7 +74,7 @@ export const joinCommand = defineCommand({
     });
     ring.on('assigned', (a) => print('assigned', { start: a.start, end: a.end, head: a.head }, `assigned layers ${a.start}-${a.end}`));
     ring.on('weights-progress', (p) => print('weights-progress', { received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `weights: ${p.receivedBytes} of ${p.totalBytes} bytes`));
-    ring.on('ready', (r) => print('ready', { source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
+    ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
     ring.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
     // `status` on stdin: this member's stage and the requests whose KV caches it holds.
@@ -106,6 +106,9 @@ export const joinCommand = defineCommand({
       return fail(failure);
     }
     rl.close();
+    // Hand the layers back first, so the ring re-plans without this machine before it goes.
+    print('leaving', {}, 'handing back this machine\'s layers…');
+    await ring.handBack();
     await member.leave();
     await ring.close();
     return 0;

@@ -99,6 +99,10 @@ export type KiwiErrorCode =
   | 'RING_PROTOCOL'
   | 'RING_NOT_READY'
   | 'RING_BROKEN'
+  /** A re-plan replaced the ring (its steps are recomputed on the next one). */
+  | 'RING_REPLAN'
+  /** The members left cannot hold the model and none returned in time. */
+  | 'RING_UNAVAILABLE'
   | 'WEIGHTS_TRANSFER_FAILED'
   | 'CONTROL_UNAUTHORIZED'
   | 'CONTROL_BAD_REQUEST'

@@ -27,8 +27,14 @@ export class RingBackend implements CompletionBackend {
   private ring: Attached | undefined;
   private readonly running: RunningGenerations = new Map();
   readonly counts = { completed: 0, cancelled: 0, failed: 0 };
+  /** The ring's state for GET /health (set by the session host). */
+  ringHealth: () => Record<string, unknown> = () => ({});
 
   constructor(readonly modelId: string) {}
+
+  health(): Record<string, unknown> {
+    return this.ringHealth();
+  }
 
   /** Starts serving through a ready ring. */
   attach(model: RingModel): void {

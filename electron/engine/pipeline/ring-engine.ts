@@ -3,6 +3,7 @@
 // the head (final norm + output projection) to get logits. Many steps may be in flight at once,
 // each at a different stage; results are matched to steps by id. A link that closes or a stage
 // that fails ends only the steps it affects, with RING_BROKEN or the stage's own error code.
+// One engine serves one ring epoch; a re-plan retires it and builds the next.
 import { isKiwiError, KiwiError } from '../errors.js';
 import type { KvCache, Stage } from '../runtime/stage.js';
 import type { SecureLink } from '../transport/secure-link.js';
@@ -15,6 +16,8 @@ export interface RingLinks {
 }
 
 export interface RingEngineOptions {
+  /** The ring's generation (assign.epoch): steps and events of other epochs are dropped. */
+  epoch: number;
   /** The host's own blocks [0, a) (a > 0), or undefined when the first member embeds. */
   first: Stage | undefined;
   /** The head: zero blocks, final norm and output projection ([n, n) with head). */
@@ -23,7 +26,7 @@ export interface RingEngineOptions {
   lastPeer: number;
   wire: WireOptions;
   maxFrameBytes?: number;
-  /** Called once when the ring breaks (a link closed, a protocol violation); every later step fails. */
+  /** Called once when the ring breaks (a link closed, a protocol violation); every later step fails (RING_BROKEN). */
   onBroken?: (err: KiwiError) => void;
 }
 
@@ -64,6 +67,8 @@ export class RingEngine {
   /** Recent step timings for status displays (newest last). */
   readonly timings: StepTiming[] = [];
   private broken: KiwiError | undefined;
+  /** Replaced by a newer ring: messages are no longer ours. */
+  private retired = false;
 
   constructor(
     private readonly links: RingLinks,
@@ -81,13 +86,31 @@ export class RingEngine {
     return this.pending.size;
   }
 
+  get epoch(): number {
+    return this.opts.epoch;
+  }
+
+  get isRetired(): boolean {
+    return this.retired;
+  }
+
+  /** Retires this ring (a re-plan replaces it): steps in flight fail with `err`, later ones too. */
+  retire(err: KiwiError): void {
+    this.retired = true;
+    this.broken ??= err;
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+  }
+
   /** Listens on a ring link (call again when a link came back up). */
   attach(peer: number): void {
     const link = this.links.link(peer);
     if (link === undefined || this.attached.has(link)) return;
     this.attached.add(link);
     link.onMessage((bytes) => void this.onMessage(bytes.slice()));
-    link.onClose((info) => this.breakRing(new KiwiError('RING_BROKEN', `The ring link to peer ${peer} closed (${info.reason}); requests in flight failed.`)));
+    link.onClose((info) => {
+      if (!this.retired) this.breakRing(new KiwiError('RING_BROKEN', `The ring link to peer ${peer} closed (${info.reason}).`));
+    });
   }
 
   /** Opens the host's caches for a request of at most `capacity` positions. */
@@ -124,7 +147,8 @@ export class RingEngine {
       tensor = { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, first.shape.hidden] };
       hostMs += performance.now() - started;
     }
-    const frame = await encodeStepFrame({ metadata: stepMetadata(step, meta), tensor }, this.opts.wire);
+    if (this.broken !== undefined) throw this.broken;
+    const frame = await encodeStepFrame({ metadata: stepMetadata(this.opts.epoch, step, meta), tensor }, this.opts.wire);
     const link = this.links.link(this.opts.firstPeer);
     if (link === undefined || link.closed) throw new KiwiError('RING_BROKEN', `The ring link to the first member (peer ${this.opts.firstPeer}) is down.`);
     const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, started, hostMs, resolve, reject }));
@@ -139,10 +163,11 @@ export class RingEngine {
   }
 
   private async onMessage(msg: Uint8Array): Promise<void> {
+    if (this.retired) return;
     try {
       if (msg[0] === RingKind.EVENT) {
         const e = decodeRingEvent(msg.subarray(1));
-        if (e.type === 'step-failed') {
+        if (e.type === 'step-failed' && e.epoch === this.opts.epoch) {
           const p = this.pending.get(e.step);
           this.pending.delete(e.step);
           p?.reject(new KiwiError(e.code, `A ring stage failed: ${e.message}`));
@@ -155,7 +180,9 @@ export class RingEngine {
       const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: this.opts.maxFrameBytes ?? 256 * 1024 * 1024, hidden: head.shape.hidden });
       const t = frame.tensor;
       if (t.kind !== 'hidden') throw new KiwiError('RING_PROTOCOL', 'The last stage sent token ids instead of hidden states.');
-      const { step, rows } = parseStepMetadata(frame.metadata, t.dims[0]);
+      const { epoch, step, rows } = parseStepMetadata(frame.metadata, t.dims[0]);
+      // A step of an older ring, still in transit when it was re-planned: its requests were recomputed.
+      if (epoch !== this.opts.epoch || this.retired) return;
       const p = this.pending.get(step);
       if (p === undefined) throw new KiwiError('RING_PROTOCOL', `The ring returned step ${step}, which is not in flight.`);
       this.pending.delete(step);

@@ -4,7 +4,13 @@
 // is at member 2, the next can be at member 1. A request is in at most one step at a time, so
 // its caches on every stage grow in order; requests that became ready while the ring was busy
 // are batched into the next step.
-import { KiwiError } from '../errors.js';
+//
+// Recovery (a member died, the ring is re-planned): a step that fails with a ring error does not end
+// its requests. They are held, the host is told (onRingFault), and no step starts until resume()
+// hands over the next ring's engine. Then every live request replays its prompt plus the tokens
+// generated so far as one prefill (its caches on the old ring are gone), and the next token
+// follows exactly as if nothing happened: the client's stream simply continues.
+import { isKiwiError, KiwiError } from '../errors.js';
 import { sampleNext, settle, type FinishReason, type GenerateParams, type GenerateResult, type RequestProgress } from '../runtime/generation.js';
 import type { KvBlockPool, KvReservation } from '../runtime/kv-pool.js';
 import { StopMatcher } from '../runtime/stop-matcher.js';
@@ -16,12 +22,22 @@ export interface RingGeneratorOptions {
   /** Steps in flight at once; about the number of stages keeps each busy. Default 3. */
   maxInFlight?: number;
   refuseWhenFull?: boolean;
+  /** A step failed because the ring did: its requests are held for recompute; the host re-plans. */
+  onRingFault?: (err: KiwiError) => void;
+  /** How often one request may be caught in a failed step before it fails. Default 4. */
+  maxRecomputes?: number;
 }
+
+/** Step errors that a new ring cures: a link or member went away, or a stage lost a request's cache. */
+const RING_FAULTS = new Set(['RING_BROKEN', 'RING_PROTOCOL', 'RING_NOT_READY', 'RING_REPLAN', 'SESSION_DISCONNECTED']);
 
 interface Active extends RequestProgress {
   id: number;
   reservation: KvReservation;
+  /** Positions in its caches on the current ring; 0: the next step is a prefill of `history`. */
   pos: number;
+  /** Steps of this request that failed with the ring. */
+  faults: number;
   pending: number | undefined;
   /** Set once resolved or rejected. */
   done: boolean;
@@ -33,6 +49,13 @@ interface Active extends RequestProgress {
 export class RingGenerator {
   private readonly fresh: Active[] = [];
   private readonly ready: Active[] = [];
+  /** Requests of failed steps, held until the next ring. */
+  private readonly stalled: Active[] = [];
+  /** No step starts: the ring is being re-planned. */
+  private holding = false;
+  /** Set while no ring can serve: new requests fail with it at once. */
+  private unavailable: KiwiError | undefined;
+  private idleWaiters: Array<() => void> = [];
   private inFlight = 0;
   /** Requests inside the steps in flight. */
   private rowsInFlight = 0;
@@ -42,7 +65,7 @@ export class RingGenerator {
   private readonly maxInFlight: number;
 
   constructor(
-    readonly engine: RingEngine,
+    private engine: RingEngine,
     readonly pool: KvBlockPool,
     readonly contextTokens: number,
     private readonly opts: RingGeneratorOptions = {},
@@ -56,7 +79,50 @@ export class RingGenerator {
     return this.kvWaiters;
   }
 
+  /** Requests started and not finished. */
+  get live(): number {
+    return this.fresh.length + this.ready.length + this.stalled.length + this.rowsInFlight;
+  }
+
+  /** Stops starting steps; resolves once none is in flight (a safe point to re-plan). */
+  hold(): Promise<void> {
+    this.holding = true;
+    if (this.inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /**
+   * Continues on a new ring: every live request is opened there and replays its prompt and the
+   * tokens generated so far as one prefill. Returns how many requests were resumed. Call after hold().
+   */
+  resume(engine: RingEngine): number {
+    if (this.inFlight > 0) throw new Error('resume() while steps are in flight; await hold() first');
+    this.engine = engine;
+    this.unavailable = undefined;
+    const live = [...this.stalled, ...this.fresh, ...this.ready].sort((a, b) => a.id - b.id);
+    this.stalled.length = 0;
+    this.ready.length = 0;
+    this.fresh.length = 0;
+    for (const a of live) {
+      engine.open(a.id, a.reservation.capacityTokens);
+      a.pos = 0;
+      this.fresh.push(a);
+    }
+    this.holding = false;
+    this.pump();
+    return live.length;
+  }
+
+  /** No ring can be formed in time: held and waiting requests fail with `err`, and so do new ones until resume(). */
+  failWaiting(err: KiwiError): void {
+    this.unavailable = err;
+    for (const queue of [this.stalled, this.fresh, this.ready]) {
+      for (const a of queue.splice(0)) this.finish(a, err);
+    }
+  }
+
   async generate(p: GenerateParams): Promise<GenerateResult> {
+    if (this.unavailable !== undefined) throw this.unavailable;
     if (p.promptIds.length === 0) throw new KiwiError('USAGE', 'the prompt is empty; give at least one token');
     if (p.promptIds.length >= this.contextTokens) {
       throw new KiwiError('CONTEXT_EXCEEDED', `the prompt has ${p.promptIds.length} tokens but the context holds ${this.contextTokens}; shorten the prompt`, {
@@ -85,7 +151,7 @@ export class RingGenerator {
     const r = reservation;
     return new Promise<GenerateResult>((resolve, reject) => {
       const a: Active = {
-        id, p, maxTokens, reservation: r, pos: 0, history: [...p.promptIds], ids: [], pending: undefined,
+        id, p, maxTokens, reservation: r, pos: 0, faults: 0, history: [...p.promptIds], ids: [], pending: undefined,
         stop: new StopMatcher(p.stop ?? []), done: false, stepping: false, onAbort: () => this.abort(a),
         t0: performance.now(), ttftMs: 0, resolve, reject,
       };
@@ -98,7 +164,7 @@ export class RingGenerator {
   /** An aborted request waiting in a queue ends now; one inside a step ends when the step returns. */
   private abort(a: Active): void {
     if (a.done || a.stepping) return;
-    for (const queue of [this.fresh, this.ready]) {
+    for (const queue of [this.fresh, this.ready, this.stalled]) {
       const i = queue.indexOf(a);
       if (i >= 0) queue.splice(i, 1);
     }
@@ -111,7 +177,7 @@ export class RingGenerator {
    * batched step instead of several single-row ones, and the groups keep every stage busy.
    */
   private pump(): void {
-    while (this.inFlight < this.maxInFlight) {
+    while (this.inFlight < this.maxInFlight && !this.holding) {
       const next = this.fresh.shift();
       if (next === undefined && this.inFlight > 0) {
         const target = Math.min(this.maxBatch, Math.ceil((this.ready.length + this.rowsInFlight) / this.maxInFlight));
@@ -123,7 +189,9 @@ export class RingGenerator {
       this.inFlight++;
       this.rowsInFlight += live.length;
       for (const a of live) a.stepping = true;
-      const rows = live.map((a) => ({ id: a.id, tokens: a.pending !== undefined ? [a.pending] : a.p.promptIds, pos: a.pos, cap: a.reservation.capacityTokens }));
+      // At position 0 a request prefills its whole history: the prompt, or after a re-plan the
+      // prompt and every token generated so far (the last of them, `pending`, not yet in any cache).
+      const rows = live.map((a) => ({ id: a.id, tokens: a.pos === 0 ? a.history : [a.pending!], pos: a.pos, cap: a.reservation.capacityTokens }));
       this.engine.step(rows).then(
         (logits) => {
           this.inFlight--;
@@ -137,18 +205,35 @@ export class RingGenerator {
               this.finish(a, err);
             }
           });
-          this.pump();
+          this.afterStep();
         },
         (err: unknown) => {
           this.inFlight--;
           this.rowsInFlight -= live.length;
           for (const a of live) a.stepping = false;
-          // A failed step ends the requests of that step, and only those.
-          for (const a of live) this.finish(a, err);
-          this.pump();
+          if (isKiwiError(err) && RING_FAULTS.has(err.code)) {
+            // The ring failed, not the request: hold it for the next ring.
+            for (const a of live) {
+              if (a.done) continue;
+              if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
+              else if (++a.faults > (this.opts.maxRecomputes ?? 4)) this.finish(a, err);
+              else this.stalled.push(a);
+            }
+            this.holding = true;
+            this.opts.onRingFault?.(err);
+          } else {
+            // A failed step ends the requests of that step, and only those.
+            for (const a of live) this.finish(a, err);
+          }
+          this.afterStep();
         },
       );
     }
+  }
+
+  private afterStep(): void {
+    if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+    this.pump();
   }
 
   private accept(a: Active, logits: Float32Array): void {

@@ -4,6 +4,10 @@
 // runs every step that arrives from its ring neighbour, sending the result to the next one. Steps
 // run one at a time in arrival order, so each request's KV cache grows in order; per-request caches
 // live here until a `free` event (request ended or cancelled) passes through.
+// A re-plan sends a new assignment (a new ring epoch): the member drops the old epoch's caches and
+// any of its steps still arriving, keeps its stage when the layers did not change, and otherwise
+// loads the new range (weights it already received stay on disk). handBack() leaves gracefully:
+// the host re-plans without this member before it goes.
 import { EventEmitter } from 'node:events';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
@@ -35,13 +39,13 @@ export interface RingMemberOptions {
 export interface RingMemberEvents {
   assigned: [a: { start: number; end: number; head: boolean }];
   'weights-progress': [p: { receivedBytes: number; totalBytes: number }];
-  ready: [r: { source: WeightsSource; transferredBytes: number; loadMs: number }];
+  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number }];
   /** Something that did not stop the member, e.g. the model's URL failed and the host streams the weights instead. */
   warning: [err: KiwiError];
   error: [err: KiwiError];
 }
 
-type WeightsSource = 'local' | 'cache' | 'url' | 'host';
+type WeightsSource = 'local' | 'cache' | 'url' | 'host' | 'kept';
 
 interface Transfer {
   plan: HashedSpan[];
@@ -58,7 +62,10 @@ const PROGRESS_EVERY_BYTES = 1 << 20;
 
 export class RingMember extends EventEmitter<RingMemberEvents> {
   private stage: Stage | undefined;
+  /** What the open stage holds: layers, model and context (a re-plan that keeps them keeps the stage). */
+  private stageKey = '';
   private assignment: Assign | undefined;
+  private released: (() => void) | undefined;
   private readonly caches = new Map<number, KvCache>();
   private queue: Promise<void> = Promise.resolve();
   private transfer: Transfer | undefined;
@@ -83,13 +90,36 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   }
 
   /** Statistics for status displays. */
-  status(): { start: number | undefined; end: number | undefined; ready: boolean; requests: number; loadFraction: number; stageMs: number | null } {
+  status(): { epoch: number | undefined; start: number | undefined; end: number | undefined; ready: boolean; requests: number; loadFraction: number; stageMs: number | null } {
     const n = this.recentStepMs.length;
     return {
-      start: this.assignment?.start, end: this.assignment?.end, ready: this.stage !== undefined, requests: this.caches.size,
+      epoch: this.assignment?.epoch, start: this.assignment?.start, end: this.assignment?.end, ready: this.stage !== undefined, requests: this.caches.size,
       loadFraction: this.stage !== undefined ? 1 : this.loadFraction,
       stageMs: n === 0 ? null : this.recentStepMs.reduce((a, x) => a + x, 0) / n,
     };
+  }
+
+  /**
+   * Stops contributing gracefully: asks the host to re-plan without this member and resolves once
+   * the host released it (or after `timeoutMs`, or at once when it holds no layers).
+   */
+  async handBack(timeoutMs = 15_000): Promise<void> {
+    if (this.assignment === undefined || this.closed) return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, timeoutMs);
+      function done(): void {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.released = done;
+      try {
+        this.send({ kind: 'leaving' });
+      } catch (err) {
+        if (!isKiwiError(err)) throw err;
+        done();
+      }
+    });
+    this.released = undefined;
   }
 
   async close(): Promise<void> {
@@ -114,11 +144,14 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     }
     switch (body.kind) {
       case 'assign':
-        void this.onAssign(body).catch((err: unknown) => this.fail(err));
+        void this.onAssign(body).catch((err: unknown) => this.fail(err, body.epoch));
         return;
       case 'weights-plan':
         if (this.planWaiter !== undefined) this.planWaiter(body);
         else this.pendingPlan = body;
+        return;
+      case 'released':
+        this.released?.();
         return;
       case 'weights-chunk':
         // Chunks are written in arrival order on the step queue's sibling: the control link is ordered.
@@ -127,11 +160,13 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     }
   }
 
-  private fail(err: unknown): void {
+  private fail(err: unknown, epoch?: number): void {
     if (!isKiwiError(err)) throw err;
+    // A load that a newer assignment replaced is not a failure.
+    if (epoch !== undefined && epoch !== this.assignment?.epoch) return;
     this.emit('error', err);
     try {
-      this.send({ kind: 'failed', code: err.code, message: err.message.slice(0, 1000) });
+      this.send({ kind: 'failed', ...(epoch !== undefined ? { epoch } : {}), code: err.code, message: err.message.slice(0, 1000) });
     } catch (sendErr) {
       if (!isKiwiError(sendErr)) throw sendErr;
     }
@@ -140,16 +175,31 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private async onAssign(a: Assign): Promise<void> {
     if (a.start >= a.end) throw new KiwiError('RING_PROTOCOL', `The host assigned an empty layer range ${a.start}-${a.end}.`);
     const t0 = performance.now();
-    // A new assignment replaces the old stage once the queue has drained.
-    await this.queue;
-    await this.stage?.dispose();
-    this.stage = undefined;
-    this.caches.clear();
+    // From now on steps of the old epoch are dropped and a transfer for it ends.
     this.assignment = a;
-    this.loadFraction = 0;
+    this.caches.clear();
     this.recentStepMs.length = 0;
-    this.send({ kind: 'assigned', start: a.start, end: a.end });
+    this.transfer?.failed(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
+    this.transfer = undefined;
+    await this.queue;
+    if (this.assignment !== a) return;
+    this.caches.clear();
+    this.send({ kind: 'assigned', epoch: a.epoch, start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });
+    const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions]);
+    if (this.stage !== undefined && this.stageKey === key) {
+      // The same layers as before: the running stage serves the new ring (only the caches went).
+      await this.nextPlan(a.epoch);
+      const loadMs = performance.now() - t0;
+      this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
+      this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
+      return;
+    }
+    const old = this.stage;
+    this.stage = undefined;
+    this.stageKey = '';
+    await old?.dispose();
+    this.loadFraction = 0;
     const { file, source, transferredBytes } = await this.obtainWeights(a);
     this.loadFraction = 0.9;
     const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
@@ -163,14 +213,15 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       return;
     }
     this.stage = stage;
+    this.stageKey = key;
     const loadMs = performance.now() - t0;
-    this.send({ kind: 'ready', source, transferredBytes, loadMs });
-    this.emit('ready', { source, transferredBytes, loadMs });
+    this.send({ kind: 'ready', epoch: a.epoch, source, transferredBytes, loadMs });
+    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs });
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
   }
 
   private async obtainWeights(a: Assign): Promise<{ file: GgufFile; source: WeightsSource; transferredBytes: number }> {
-    const plan = await this.nextPlan();
+    const plan = await this.nextPlan(a.epoch);
     if (this.opts.modelPath !== undefined) {
       const file = await openGguf(this.opts.modelPath);
       if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };
@@ -214,13 +265,15 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     return { file, source: 'host', transferredBytes: totalBytes };
   }
 
-  private nextPlan(): Promise<WeightsPlan> {
+  /** The weights plan of assignment `epoch` (plans of other epochs are dropped). */
+  private nextPlan(epoch: number): Promise<WeightsPlan> {
     const ready = this.pendingPlan;
     this.pendingPlan = undefined;
-    if (ready !== undefined) return Promise.resolve(ready);
+    if (ready?.epoch === epoch) return Promise.resolve(ready);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.')), 60_000);
       this.planWaiter = (plan) => {
+        if (plan.epoch !== epoch) return;
         clearTimeout(timer);
         this.planWaiter = undefined;
         resolve(plan);
@@ -232,10 +285,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
 
   private onChunk(offset: number, data: Uint8Array): void {
     const t = this.transfer;
-    if (t === undefined) {
-      this.emit('error', new KiwiError('RING_PROTOCOL', 'The host sent weights nobody asked for.'));
-      return;
-    }
+    // Chunks of a transfer that a re-plan ended may still be on their way.
+    if (t === undefined) return;
     this.chunkQueue = this.chunkQueue.then(async () => {
       if (this.transfer !== t) return;
       try {
@@ -279,12 +330,14 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private async onRing(msg: Uint8Array): Promise<void> {
     const a = this.assignment;
     const stage = this.stage;
-    if (a === undefined || stage === undefined) throw new KiwiError('RING_NOT_READY', 'A ring message arrived before this member\'s stage was ready.');
+    // Nothing of the current epoch arrives before the stage is ready: this is an older ring's traffic.
+    if (a === undefined || stage === undefined) return;
     const kind = msg[0];
     if (kind === RingKind.EVENT) {
       const event = decodeRingEvent(msg.subarray(1));
       if (event.type === 'free') for (const id of event.ids) this.caches.delete(id);
-      return this.forward(a.next, encodeRingEvent(event));
+      if (event.type === 'step-failed' && event.epoch !== a.epoch) return;
+      return this.forward(a, encodeRingEvent(event));
     }
     if (kind !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(kind)}.`);
     let step = -1;
@@ -294,6 +347,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       const batch = t.dims[0];
       const seq = t.dims[1];
       const meta = parseStepMetadata(frame.metadata, batch);
+      if (meta.epoch !== a.epoch) return;
       step = meta.step;
       if (batch > 1 && seq !== 1) throw new KiwiError('RING_PROTOCOL', 'A batched step must add one token per request.');
       const caches = meta.rows.map((r) => {
@@ -318,19 +372,24 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       if (this.recentStepMs.length > 64) this.recentStepMs.shift();
       const metadata = { ...frame.metadata, [`ms.${a.start}-${a.end}`]: stepMs.toFixed(3) };
       const frameOut = await encodeStepFrame({ metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, stage.shape.hidden] } }, wire);
-      await this.forward(a.next, encodeRingStep(frameOut));
+      await this.forward(a, encodeRingStep(frameOut));
     } catch (err) {
       if (!isKiwiError(err)) throw err;
-      const failed: RingEvent = { type: 'step-failed', step: Math.max(0, step), code: err.code, message: err.message.slice(0, 1000) };
-      await this.forward(a.next, encodeRingEvent(failed));
+      const failed: RingEvent = { type: 'step-failed', epoch: a.epoch, step: Math.max(0, step), code: err.code, message: err.message.slice(0, 1000) };
+      await this.forward(a, encodeRingEvent(failed));
       throw err;
     }
   }
 
-  /** Sends to the next stage, waiting briefly for its link when it is being (re)established. */
-  private async forward(peer: number, bytes: Uint8Array): Promise<void> {
+  /**
+   * Sends to the next stage of assignment `a`, waiting briefly for its link when it is being
+   * (re)established; dropped when a re-plan replaced `a` meanwhile.
+   */
+  private async forward(a: Assign, bytes: Uint8Array): Promise<void> {
+    const peer = a.next;
     const deadline = Date.now() + 10_000;
     for (;;) {
+      if (this.assignment !== a || this.closed) return;
       const link = this.session.ringLink(peer);
       if (link !== undefined && !link.closed) {
         link.send(bytes);

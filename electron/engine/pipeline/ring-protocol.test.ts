@@ -14,17 +14,19 @@ const code = (f: () => unknown): string => {
 describe('ring protocol', () => {
   it('round-trips step metadata and ring events', () => {
     const rows = [{ id: 3, pos: 0, cap: 48 }, { id: 9, pos: 17, cap: 64 }];
-    expect(parseStepMetadata(stepMetadata(12, rows), 2)).toEqual({ step: 12, rows });
+    expect(parseStepMetadata(stepMetadata(2, 12, rows), 2)).toEqual({ epoch: 2, step: 12, rows });
     const bytes = encodeRingEvent({ type: 'free', ids: [3, 9] });
     expect(bytes[0]).toBe(RingKind.EVENT);
     expect(decodeRingEvent(bytes.subarray(1))).toEqual({ type: 'free', ids: [3, 9] });
   });
 
   it('refuses metadata whose rows do not match the batch, or are malformed', () => {
-    expect(code(() => parseStepMetadata(stepMetadata(1, [{ id: 1, pos: 0, cap: 8 }]), 2))).toBe('RING_PROTOCOL');
-    expect(code(() => parseStepMetadata({ step: '1', rows: '[{"id":0,"pos":0,"cap":8}]' }, 1))).toBe('RING_PROTOCOL');
-    expect(code(() => parseStepMetadata({ step: '-1', rows: '[]' }, 0))).toBe('RING_PROTOCOL');
-    expect(code(() => parseStepMetadata({ step: '1', rows: 'not json' }, 1))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata(stepMetadata(1, 1, [{ id: 1, pos: 0, cap: 8 }]), 2))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ step: '1', rows: '[{"id":1,"pos":0,"cap":8}]' }, 1))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ epoch: '0', step: '1', rows: '[{"id":1,"pos":0,"cap":8}]' }, 1))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ epoch: '1', step: '1', rows: '[{"id":0,"pos":0,"cap":8}]' }, 1))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ epoch: '1', step: '-1', rows: '[]' }, 0))).toBe('RING_PROTOCOL');
+    expect(code(() => parseStepMetadata({ epoch: '1', step: '1', rows: 'not json' }, 1))).toBe('RING_PROTOCOL');
   });
 
   it('refuses events that are not JSON, unknown or too large', () => {
@@ -35,7 +37,7 @@ describe('ring protocol', () => {
 
   it('validates control bodies in both directions', () => {
     const assign = {
-      kind: 'assign', start: 1, end: 3, prev: 0, next: 2, encoding: 'f16', zstd: true,
+      kind: 'assign', epoch: 1, start: 1, end: 3, prev: 0, next: 2, encoding: 'f16', zstd: true,
       model: { fingerprint: 'a'.repeat(64), name: 'm.gguf', fileBytes: 10 }, maxPositions: 512,
     };
     expect(parsePipelineBody(HostToMemberBody, assign)).toEqual(assign);
@@ -44,7 +46,13 @@ describe('ring protocol', () => {
     expect(parsePipelineBody(HostToMemberBody, withUrl)).toEqual(withUrl);
     expect(code(() => parsePipelineBody(HostToMemberBody, { ...assign, model: { ...assign.model, url: 'file:///etc/passwd' } }))).toBe('RING_PROTOCOL');
     expect(code(() => parsePipelineBody(HostToMemberBody, { kind: 'weights-chunk', offset: 0, data: 'x'.repeat(60_000) }))).toBe('RING_PROTOCOL');
-    expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', source: 'host', transferredBytes: 5, loadMs: 1 }).kind).toBe('ready');
-    expect(code(() => parsePipelineBody(MemberToHostBody, { kind: 'ready', source: 'somewhere', transferredBytes: 5, loadMs: 1 }))).toBe('RING_PROTOCOL');
+    expect(code(() => parsePipelineBody(HostToMemberBody, { ...assign, epoch: 0 }))).toBe('RING_PROTOCOL');
+    expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 1, source: 'host', transferredBytes: 5, loadMs: 1 }).kind).toBe('ready');
+    expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 2, source: 'kept', transferredBytes: 0, loadMs: 1 }).kind).toBe('ready');
+    expect(code(() => parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 1, source: 'somewhere', transferredBytes: 5, loadMs: 1 }))).toBe('RING_PROTOCOL');
+    expect(parsePipelineBody(MemberToHostBody, { kind: 'leaving' })).toEqual({ kind: 'leaving' });
+    expect(parsePipelineBody(HostToMemberBody, { kind: 'released' })).toEqual({ kind: 'released' });
+    const failed = { type: 'step-failed', epoch: 3, step: 7, code: 'X', message: 'm' } as const;
+    expect(decodeRingEvent(encodeRingEvent(failed).subarray(1))).toEqual(failed);
   });
 });

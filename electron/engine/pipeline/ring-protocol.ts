@@ -1,8 +1,10 @@
 // What travels for the ring pipeline, validated where it enters.
 // Control (inside the session's encrypted control link, as `{type:'pipeline', body}`):
-//   host → member: assign (layer range, ring neighbours, activation wire options, model identity),
-//                  weights-chunk (bytes of the member's tensors when it has no copy of the model)
-//   member → host: assigned, weights-request, weights-progress, ready, failed
+//   host → member: assign (ring epoch, layer range, ring neighbours, activation wire options, model
+//                  identity), weights-plan, weights-chunk (bytes of the member's tensors when it has
+//                  no copy of the model), released (a member that asked to leave is out of the ring)
+//   member → host: assigned, weights-request, weights-progress, ready, failed, leaving
+// Every re-plan starts a new ring epoch: steps and events of an older epoch are dropped on arrival.
 // Ring data (inside ring links, neighbour to neighbour), one message each:
 //   kind u8 = 1 STEP  | step frame (tensor-frame.ts): metadata {step, rows}, ids or hidden states
 //   kind u8 = 2 EVENT | UTF-8 JSON RingEvent: free a request's caches, or a step that failed
@@ -14,9 +16,12 @@ const peer = z.number().int().min(0).max(0xffff);
 const layer = z.number().int().min(0).max(4096);
 const hex64 = z.string().regex(/^[0-9a-f]{64}$/);
 const requestId = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
+const epoch = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
 
 export const Assign = z.strictObject({
   kind: z.literal('assign'),
+  /** The ring's generation: 1 for the first plan, one more for every re-plan. */
+  epoch,
   start: layer,
   end: layer,
   /** Peer whose stage feeds this one, and the peer this stage sends to (0: the host). */
@@ -44,28 +49,36 @@ export type WeightsChunk = z.infer<typeof WeightsChunk>;
 /** The host's answer to a weights request: the spans to expect and their sha256, then chunks. */
 export const WeightsPlan = z.strictObject({
   kind: z.literal('weights-plan'),
+  /** The assignment (by epoch) these spans belong to. */
+  epoch,
   spans: z.array(z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative(), sha256: hex64 })).max(8192),
 });
 export type WeightsPlan = z.infer<typeof WeightsPlan>;
 
-export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, WeightsChunk]);
+/** The answer to `leaving`: the ring runs without this member now; it may go. */
+export const Released = z.strictObject({ kind: z.literal('released') });
+
+export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, WeightsChunk, Released]);
 export type HostToMemberBody = z.infer<typeof HostToMemberBody>;
 
 const span = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
 
 export const MemberToHostBody = z.discriminatedUnion('kind', [
-  z.strictObject({ kind: z.literal('assigned'), start: layer, end: layer }),
+  z.strictObject({ kind: z.literal('assigned'), epoch, start: layer, end: layer }),
   /** Byte spans of the host's GGUF the member still needs (the header first, then its tensors). */
   z.strictObject({ kind: z.literal('weights-request'), spans: z.array(span).max(8192) }),
   z.strictObject({ kind: z.literal('weights-progress'), receivedBytes: z.number().int().nonnegative(), totalBytes: z.number().int().nonnegative() }),
   z.strictObject({
     kind: z.literal('ready'),
-    /** Where its weights came from: its own file, earlier transfers (cache), the model's URL, or the host now. */
-    source: z.enum(['local', 'cache', 'url', 'host']),
+    epoch,
+    /** Where its weights came from: its own file, earlier transfers (cache), the model's URL, the host now, or its running stage (same range as before). */
+    source: z.enum(['local', 'cache', 'url', 'host', 'kept']),
     transferredBytes: z.number().int().nonnegative(),
     loadMs: z.number().nonnegative(),
   }),
-  z.strictObject({ kind: z.literal('failed'), code: z.string().max(64), message: z.string().max(1000) }),
+  z.strictObject({ kind: z.literal('failed'), epoch: epoch.optional(), code: z.string().max(64), message: z.string().max(1000) }),
+  /** The member wants to stop contributing (pause, quit): the host re-plans without it, then answers `released`. */
+  z.strictObject({ kind: z.literal('leaving') }),
 ]);
 export type MemberToHostBody = z.infer<typeof MemberToHostBody>;
 
@@ -90,7 +103,7 @@ export const RingEvent = z.discriminatedUnion('type', [
   /** Requests that ended: every stage drops their caches, then passes this on until it reaches the host. */
   z.strictObject({ type: z.literal('free'), ids: z.array(requestId).max(4096) }),
   /** A stage could not run a step: passed on to the host, which fails the step's requests. */
-  z.strictObject({ type: z.literal('step-failed'), step: z.number().int().nonnegative(), code: z.string().max(64), message: z.string().max(1000) }),
+  z.strictObject({ type: z.literal('step-failed'), epoch, step: z.number().int().nonnegative(), code: z.string().max(64), message: z.string().max(1000) }),
 ]);
 export type RingEvent = z.infer<typeof RingEvent>;
 
@@ -122,10 +135,12 @@ export function decodeRingEvent(bytes: Uint8Array): RingEvent {
   return parsePipelineBody(RingEvent, json);
 }
 
-/** The step id and rows of a step frame's metadata. */
-export function parseStepMetadata(metadata: Record<string, string>, batch: number): { step: number; rows: StepRow[] } {
+/** The ring epoch, step id and rows of a step frame's metadata. */
+export function parseStepMetadata(metadata: Record<string, string>, batch: number): { epoch: number; step: number; rows: StepRow[] } {
   const step = Number(metadata.step);
   if (!Number.isSafeInteger(step) || step < 0) throw new KiwiError('RING_PROTOCOL', 'A step frame has no valid step id.');
+  const epoch = Number(metadata.epoch);
+  if (!Number.isSafeInteger(epoch) || epoch < 1) throw new KiwiError('RING_PROTOCOL', 'A step frame has no valid ring epoch.');
   let rows: unknown;
   try {
     rows = JSON.parse(metadata.rows ?? '');
@@ -134,9 +149,9 @@ export function parseStepMetadata(metadata: Record<string, string>, batch: numbe
   }
   const parsed = parsePipelineBody(z.array(StepRow).max(4096), rows);
   if (parsed.length !== batch) throw new KiwiError('RING_PROTOCOL', `A step frame names ${parsed.length} requests for a batch of ${batch}.`);
-  return { step, rows: parsed };
+  return { epoch, step, rows: parsed };
 }
 
-export function stepMetadata(step: number, rows: readonly StepRow[]): Record<string, string> {
-  return { step: String(step), rows: JSON.stringify(rows) };
+export function stepMetadata(epoch: number, step: number, rows: readonly StepRow[]): Record<string, string> {
+  return { epoch: String(epoch), step: String(step), rows: JSON.stringify(rows) };
 }

@@ -5,13 +5,22 @@
 // to a RingBackend that the OpenAI server serves through. status() is what a UI reads.
 //
 // When to plan: with `expect` N, as soon as N members are active; without it, once at least one
-// member is active and no other joined for `settleMs` (default 3 s). Members who join after the
-// plan wait (they are listed in status()); re-planning when members come and go is not built yet.
+// member is active and no other joined for `settleMs` (default 3 s).
+//
+// Members come and go (issue 7). A ring member whose links or control connection close, who falls
+// silent past the heartbeat timeout, or who asks to leave, starts a re-plan: the generator holds
+// its requests (steps in flight fail into the hold), the planner plans the members left (its
+// admission check decides whether they can hold the model), members load their new ranges (a
+// member whose range did not change keeps its stage), and a new ring epoch starts, on which every
+// held request replays its prompt and generated tokens as one prefill and carries on. When the
+// members left cannot hold the model the host waits for one to return, up to recoveryTimeoutMs,
+// then fails the waiting requests with RING_UNAVAILABLE. A member that returns, or a new one, is
+// planned in at a safe point: the generator holds, steps in flight finish, the ring is rebuilt.
 import { EventEmitter } from 'node:events';
 import { open } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { isKiwiError, KiwiError } from '../errors.js';
-import { openGguf } from '../model/gguf/gguf-reader.js';
+import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { createTokenizer } from '../model/tokenizer/tokenizer.js';
 import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
 import type { PlanJson } from '../planner/plan-json.js';
@@ -20,15 +29,15 @@ import { KvBlockPool } from '../runtime/kv-pool.js';
 import type { ExecutionProvider } from '../runtime/ort-session.js';
 import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
 import { Stage } from '../runtime/stage.js';
-import { attentionHeadDim } from '../runtime/stage-graph.js';
-import { createHost, type HostOptions, type HostSession, type SessionStatus } from '../session/host.js';
+import { attentionHeadDim, type DecoderShape } from '../runtime/stage-graph.js';
+import { createHost, type HostOptions, type HostSession, type MemberView, type SessionStatus } from '../session/host.js';
 import type { WireOptions } from '../transport/tensor-frame.js';
 import { hashSpans, stageSpans, type HashedSpan } from './member-weights.js';
 import { RingBackend } from './ring-backend.js';
 import { RingEngine } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
 import { MemberToHostBody, parsePipelineBody, type Assign, type HostToMemberBody } from './ring-protocol.js';
-import { planRing } from './session-fleet.js';
+import { planRing, type RingStage } from './session-fleet.js';
 
 export interface SessionHostOptions {
   modelPath: string;
@@ -55,9 +64,14 @@ export interface SessionHostOptions {
   cache?: ShardCache;
   /** How long members may take to load (and receive) their weights. Default 10 min. */
   readyTimeoutMs?: number;
+  /** How long requests wait for a ring when the members left cannot hold the model. Default 120 s. */
+  recoveryTimeoutMs?: number;
+  /** After a member joins or returns, wait this long for others before re-planning it in. Default 1 s. */
+  rejoinDelayMs?: number;
 }
 
-export type Phase = 'gathering' | 'planning' | 'loading' | 'serving' | 'failed' | 'closed';
+/** recovering: a re-plan is under way (requests are held); waiting: the members left cannot hold the model. */
+export type Phase = 'gathering' | 'planning' | 'loading' | 'serving' | 'recovering' | 'waiting' | 'failed' | 'closed';
 
 export interface StageStatus {
   peer: number;
@@ -65,14 +79,35 @@ export interface StageStatus {
   start: number;
   end: number;
   head: boolean;
-  state: 'assigned' | 'loading' | 'ready' | 'failed';
-  source?: 'local' | 'cache' | 'url' | 'host';
+  /** kept: ready with the stage it already ran (same layers as before the re-plan). */
+  state: 'assigned' | 'loading' | 'ready' | 'kept' | 'failed';
+  source?: 'local' | 'cache' | 'url' | 'host' | 'kept';
   transferredBytes?: number;
   loadMs?: number;
 }
 
+/** One re-plan that completed: why, how long requests waited, what it moved. */
+export interface RecoveryRecord {
+  epoch: number;
+  reason: string;
+  startedAt: number;
+  durationMs: number;
+  /** Weight bytes members received (from the host or the model's URL) to load their new ranges. */
+  bytesMoved: number;
+  /** Requests that were live and carried on by recompute. */
+  resumedRequests: number;
+}
+
 export interface SessionHostStatus {
   phase: Phase;
+  /** The ring's generation: 1 for the first plan, one more per re-plan (0 before the first). */
+  epoch: number;
+  /** The re-plan under way. */
+  recovery: { reason: string; startedAt: number } | undefined;
+  /** Completed re-plans, newest last (at most 16). */
+  recoveries: RecoveryRecord[];
+  /** While waiting for members: when held requests fail (epoch ms), or undefined once they have. */
+  waitingUntil: number | undefined;
   session: SessionStatus;
   plan: PlanJson | undefined;
   stages: StageStatus[];
@@ -91,6 +126,9 @@ export interface SessionHostEvents {
   'weights-progress': [p: { peer: number; name: string; receivedBytes: number; totalBytes: number }];
   ready: [stage: StageStatus];
   serving: [];
+  recovering: [reason: string];
+  waiting: [reason: string];
+  recovered: [record: RecoveryRecord];
   error: [err: KiwiError];
 }
 
@@ -98,23 +136,58 @@ const CHUNK_BYTES = 32 * 1024;
 const WINDOW_BYTES = 4 * 1024 * 1024;
 
 interface MemberTransfer {
+  epoch: number;
   plan: HashedSpan[];
   acked: number;
   wake: (() => void) | undefined;
 }
 
+interface LoadedModel {
+  file: GgufFile;
+  shape: DecoderShape;
+  fingerprint: string;
+}
+
+/** The ring being served: its epoch, stages in ring order, the members in it and the host's first blocks. */
+interface Ring {
+  epoch: number;
+  order: RingStage[];
+  memberIds: string[];
+  first: Stage | undefined;
+  engine: RingEngine;
+}
+
+const MAX_RECOVERIES_SHOWN = 16;
+/** After a fault, signals of the same event (a closed link, then the closed control connection) arrive together. */
+const FAULT_GRACE_MS = 250;
+
 export class SessionHost extends EventEmitter<SessionHostEvents> {
   readonly backend: RingBackend;
   private phase: Phase = 'gathering';
   private plan: PlanJson | undefined;
-  private readonly stages = new Map<number, StageStatus>();
-  private readonly memberPeers = new Map<string, number>();
+  private stages = new Map<number, StageStatus>();
+  private memberPeers = new Map<string, number>();
   private readonly transfers = new Map<string, MemberTransfer>();
-  private engine: RingEngine | undefined;
+  private model: LoadedModel | undefined;
+  private ring: Ring | undefined;
+  private head: Stage | undefined;
+  private generator: RingGenerator | undefined;
   private pool: KvBlockPool | undefined;
-  private hostStages: Stage[] = [];
   private error: KiwiError | undefined;
   private readonly waiters = new Set<() => void>();
+  /** The latest epoch assigned (a re-plan that failed half-way still used one). */
+  private epoch = 0;
+  private recovery: { reason: string; startedAt: number } | undefined;
+  private readonly recoveries: RecoveryRecord[] = [];
+  private waitingUntil: number | undefined;
+  /** Why the next re-plan is needed, while one is pending. */
+  private replanReason: string | undefined;
+  private replanning: Promise<void> | undefined;
+  private rejoinTimer: NodeJS.Timeout | undefined;
+  /** Members that asked to leave: planned out, then released. */
+  private readonly leaving = new Set<string>();
+  /** Bumped on every membership change, so waits for "someone came back" notice it. */
+  private membershipVersion = 0;
 
   constructor(
     readonly session: HostSession,
@@ -122,23 +195,48 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   ) {
     super();
     this.backend = new RingBackend(basename(opts.modelPath).replace(/\.gguf$/i, ''));
+    // Requests wait through a re-plan; /health says why the next token is late.
+    this.backend.ringHealth = () => ({
+      ring: { phase: this.phase, epoch: this.ring?.epoch ?? 0, ...(this.recovery ? { reason: this.recovery.reason } : {}), ...(this.waitingUntil !== undefined ? { waiting_until: new Date(this.waitingUntil).toISOString() } : {}) },
+    });
     session.on('pipeline', (memberId, body) => this.onPipeline(memberId, body));
-    session.on('change', () => this.poke());
+    session.on('change', (c) => {
+      this.membershipVersion++;
+      const inRing = this.ring?.memberIds.includes(c.memberId) === true;
+      if (c.type === 'member-left' && inRing) this.requestReplan(`${c.name} ${c.reason === 'left' ? 'left the session' : 'went silent (no heartbeat)'}`, true);
+      if ((c.type === 'member-joined' || c.type === 'member-recovered') && !inRing) this.scheduleRejoin(c.name);
+      this.poke();
+    });
+    session.on('disconnected', (memberId) => {
+      this.membershipVersion++;
+      const name = this.session.status().members.find((m) => m.memberId === memberId)?.name ?? 'a member';
+      if (this.ring?.memberIds.includes(memberId) === true) this.requestReplan(`${name} disconnected`, true);
+      this.poke();
+    });
     session.on('link', (l) => {
-      if (l.state === 'up') for (const peer of [l.a, l.b]) if (peer !== 0) this.engine?.attach(peer);
+      const ring = this.ring;
+      if (l.state === 'up') {
+        for (const peer of [l.a, l.b]) if (peer !== 0) ring?.engine.attach(peer);
+      } else if ((l.state === 'closed' || l.state === 'failed') && ring !== undefined && this.isRingPair(ring, l.a, l.b)) {
+        this.requestReplan(`the ring link between ${this.peerName(l.a)} and ${this.peerName(l.b)} went down`, true);
+      }
       this.poke();
     });
   }
 
   status(): SessionHostStatus {
-    const t = this.engine?.timings ?? [];
+    const t = this.ring?.engine.timings ?? [];
     const mean = (f: (x: (typeof t)[number]) => number): number | null => (t.length === 0 ? null : t.reduce((a, x) => a + f(x), 0) / t.length);
     return {
       phase: this.phase,
+      epoch: this.ring?.epoch ?? 0,
+      recovery: this.recovery && { ...this.recovery },
+      recoveries: this.recoveries.map((r) => ({ ...r })),
+      waitingUntil: this.waitingUntil,
       session: this.session.status(),
       plan: this.plan,
       stages: [...this.stages.values()].map((s) => ({ ...s })),
-      timing: { steps: t.length, meanRingMs: mean((x) => x.ringMs), meanHostMs: mean((x) => x.hostMs), meanStageMs: meanByKey(t.map((x) => x.stageMs)), inFlight: this.engine?.inFlight ?? 0 },
+      timing: { steps: t.length, meanRingMs: mean((x) => x.ringMs), meanHostMs: mean((x) => x.hostMs), meanStageMs: meanByKey(t.map((x) => x.stageMs)), inFlight: this.ring?.engine.inFlight ?? 0 },
       kv: this.pool && { freeBlocks: this.pool.freeBlocks, totalBlocks: this.pool.totalBlocks },
       requests: { ...this.backend.counts },
       error: this.error && { code: this.error.code, message: this.error.message },
@@ -149,7 +247,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   async form(signal?: AbortSignal): Promise<void> {
     try {
       await this.gather(signal);
-      await this.planAndLoad(signal);
+      await this.serveFirstRing(signal);
     } catch (err) {
       if (!isKiwiError(err)) throw err;
       this.phase = 'failed';
@@ -161,11 +259,19 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
 
   async close(): Promise<void> {
     this.phase = 'closed';
+    clearTimeout(this.rejoinTimer);
     this.poke();
+    this.ring?.engine.retire(new KiwiError('SESSION_ENDED', 'The host is closing.'));
     await this.backend.close();
-    for (const s of this.hostStages) await s.dispose();
-    this.hostStages = [];
+    await this.replanning?.catch(() => undefined);
+    for (const s of [this.ring?.first, this.head]) await s?.dispose();
+    this.ring = undefined;
+    this.head = undefined;
     await this.session.close();
+  }
+
+  private get closed(): boolean {
+    return this.phase === 'closed';
   }
 
   private poke(): void {
@@ -204,6 +310,24 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     return this.session.status().members.filter((m) => m.state === 'active' && m.connected);
   }
 
+  /** Members a plan may use: active, connected, not on their way out. */
+  private eligibleMembers(): MemberView[] {
+    return this.activeMembers().filter((m) => !this.leaving.has(m.memberId));
+  }
+
+  private peerName(peer: number): string {
+    if (peer === 0) return this.opts.hostName ?? 'the host';
+    return this.session.status().members.find((m) => m.peer === peer)?.name ?? `peer ${peer}`;
+  }
+
+  private isRingPair(ring: Ring, a: number, b: number): boolean {
+    const peers = ring.order.map((s) => s.peer);
+    return peers.some((p, i) => {
+      const q = peers[(i + 1) % peers.length]!;
+      return (p === a && q === b) || (p === b && q === a);
+    });
+  }
+
   private async gather(signal?: AbortSignal): Promise<void> {
     const expect = this.opts.expect;
     if (expect !== undefined) {
@@ -225,13 +349,14 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         signal,
       );
     }
-    await this.linksUp(signal);
+    await this.linksUp(undefined, signal);
   }
 
-  /** Every ring link of the session is up and measured. */
-  private linksUp(signal?: AbortSignal): Promise<void> {
+  /** Every ring link of the session is up and measured; `members`, when given, must stay in the session meanwhile. */
+  private linksUp(members: readonly MemberView[] | undefined, signal?: AbortSignal): Promise<void> {
     return this.until(
       () => {
+        if (members !== undefined) this.checkStillHere(members);
         const s = this.session.status();
         const failed = s.links.find((l) => l.state === 'failed');
         if (failed !== undefined) throw new KiwiError('RING_BROKEN', `The ring link between peers ${failed.a} and ${failed.b} could not be established (neither direct nor relayed).`);
@@ -243,118 +368,272 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     );
   }
 
-  private async planAndLoad(signal?: AbortSignal): Promise<void> {
-    this.phase = 'planning';
-    const file = await openGguf(this.opts.modelPath);
-    const maxPositions = this.opts.maxPositions;
-    const shape = await modelShapeFromGguf(file, maxPositions !== undefined ? { maxPositions } : {});
-    const members = this.activeMembers();
-    const hostName = this.opts.hostName ?? 'host';
-    const { plan, stages: order } = planRing({
+  /** Throws RING_REPLAN when a member of the ring being built dropped out. */
+  private checkStillHere(members: readonly MemberView[]): void {
+    const now = new Map(this.session.status().members.map((m) => [m.memberId, m]));
+    for (const m of members) {
+      const cur = now.get(m.memberId);
+      if (cur === undefined || cur.state !== 'active' || !cur.connected || cur.peer !== m.peer) {
+        throw new KiwiError('RING_REPLAN', `${m.name} dropped out while the ring was being built.`);
+      }
+    }
+  }
+
+  private planFor(members: readonly MemberView[], model: LoadedModel): { plan: PlanJson; order: RingStage[] } {
+    const { plan, stages } = planRing({
       model: this.opts.modelSizes,
-      context: shape.maxPositions,
+      context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1,
-      devices: [{ peer: 0, name: hostName, capabilities: undefined }, ...members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities }))],
+      devices: [{ peer: 0, name: this.opts.hostName ?? 'host', capabilities: undefined }, ...members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities }))],
       fallback: this.opts.hostDevice,
       links: this.session.status().links,
     });
-    this.plan = plan;
-    this.emit('plan', plan);
-    const memberByPeer = new Map(members.map((m) => [m.peer, m]));
-    this.session.setRingOrder(order.slice(1).map((s) => memberByPeer.get(s.peer)!.memberId));
-    await this.linksUp(signal);
+    return { plan, order: stages };
+  }
 
-    this.phase = 'loading';
-    const fingerprint = await modelFingerprint(file);
-    const wire = this.opts.wire ?? { encoding: 'f32', zstd: false };
-    const hostRange = order[0]!;
-    const stageOpts = {
+  private stageOptions(): { cache?: ShardCache; provider?: ExecutionProvider; threads?: number } {
+    return {
       ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
       ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),
       ...(this.opts.threads !== undefined ? { threads: this.opts.threads } : {}),
     };
-    this.stages.set(0, { peer: 0, name: hostName, start: hostRange.start, end: hostRange.end, head: true, state: 'loading' });
-    for (const [i, s] of order.entries()) {
-      if (i === 0) continue;
-      const m = memberByPeer.get(s.peer)!;
-      this.memberPeers.set(m.memberId, s.peer);
-      const assign: Assign = {
-        kind: 'assign', start: s.start, end: s.end,
-        prev: order[i - 1]!.peer, next: order[(i + 1) % order.length]!.peer,
-        encoding: wire.encoding, zstd: wire.zstd,
-        model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize, ...(this.opts.modelUrl !== undefined ? { url: this.opts.modelUrl } : {}) },
-        maxPositions: shape.maxPositions,
-      };
-      const spans = await hashSpans(this.opts.modelPath, stageSpans(file, s));
-      this.transfers.set(m.memberId, { plan: spans, acked: 0, wake: undefined });
-      const stage: StageStatus = { peer: s.peer, name: m.name, start: s.start, end: s.end, head: false, state: 'assigned' };
-      this.stages.set(s.peer, stage);
-      this.sendTo(m.memberId, assign);
-      this.sendTo(m.memberId, { kind: 'weights-plan', spans });
-    }
-    // The host's own stages load while the members load theirs.
-    const first = hostRange.end > hostRange.start ? await Stage.open(file, shape, { start: 0, end: hostRange.end, head: false }, stageOpts) : undefined;
-    const head = await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, stageOpts);
-    this.hostStages = [...(first ? [first] : []), head];
-    const hostStage = this.stages.get(0)!;
-    hostStage.state = 'ready';
-    hostStage.source = 'local';
-    this.emit('ready', { ...hostStage });
-    await this.until(
-      () => {
-        const failed = [...this.stages.values()].find((s) => s.state === 'failed');
-        if (failed !== undefined) throw this.error ?? new KiwiError('RING_NOT_READY', `${failed.name} could not load layers ${failed.start}-${failed.end}.`);
-        return [...this.stages.values()].every((s) => s.state === 'ready');
-      },
-      'every member to load its layers',
-      this.opts.readyTimeoutMs ?? 600_000,
-      signal,
-    );
+  }
 
-    const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
-      first, head, firstPeer: order[1]!.peer, lastPeer: order[order.length - 1]!.peer, wire,
-      onBroken: (err) => this.stopServing(err),
-    });
-    this.engine = engine;
+  private async serveFirstRing(signal?: AbortSignal): Promise<void> {
+    this.phase = 'planning';
+    const file = await openGguf(this.opts.modelPath);
+    const maxPositions = this.opts.maxPositions;
+    const shape = await modelShapeFromGguf(file, maxPositions !== undefined ? { maxPositions } : {});
+    const model: LoadedModel = { file, shape, fingerprint: await modelFingerprint(file) };
+    this.model = model;
+    const ring = await this.buildRing(this.activeMembers(), model, signal);
+    this.ring = ring;
     // Per position: K and V of every layer over the ring (f32), for admission.
     const bytesPerToken = 2 * shape.blockCount * shape.kvHeads * attentionHeadDim(shape) * 4;
     const blockTokens = 16;
     const budgetBlocks = Math.floor((this.opts.kvBudgetBytes ?? 1024 ** 3) / (bytesPerToken * blockTokens));
     const pool = new KvBlockPool(Math.max(Math.ceil(shape.maxPositions / blockTokens), budgetBlocks), blockTokens, bytesPerToken);
     this.pool = pool;
-    const generator = new RingGenerator(engine, pool, shape.maxPositions, {
+    this.generator = new RingGenerator(ring.engine, pool, shape.maxPositions, {
       maxBatch: this.opts.maxBatch ?? 8,
-      maxInFlight: this.opts.maxInFlight ?? order.length,
+      maxInFlight: this.opts.maxInFlight ?? ring.order.length,
+      onRingFault: (err) => this.requestReplan(err.message, true),
     });
-    this.backend.attach({ file, tokenizer: createTokenizer(file.metadata), generator, contextTokens: shape.maxPositions });
-    this.session.on('change', (c) => {
-      if (c.type === 'member-left' && this.memberPeers.has(c.memberId)) {
-        this.stopServing(new KiwiError('RING_BROKEN', `${c.name} left the ring (${c.reason}); the ring stopped serving. Restart the host to re-plan.`));
-      }
-    });
+    this.backend.attach({ file, tokenizer: createTokenizer(file.metadata), generator: this.generator, contextTokens: shape.maxPositions });
     this.phase = 'serving';
     this.emit('serving');
+    // Members that joined while the first ring formed are planned in now.
+    if (this.eligibleMembers().some((m) => !ring.memberIds.includes(m.memberId))) this.scheduleRejoin('a member');
   }
 
-  /** The ring broke: the API answers 503 from now on (re-planning is not built yet). */
-  private stopServing(err: KiwiError): void {
-    if (this.phase !== 'serving') return;
-    this.phase = 'failed';
-    this.error = err;
-    this.backend.detach();
-    this.emit('error', err);
+  /**
+   * Plans `members`, assigns their ranges under a new epoch, opens the host's stages and waits
+   * until every member is ready. Throws PLAN_INSUFFICIENT_MEMORY when they cannot hold the model,
+   * RING_REPLAN when one drops out meanwhile, or the member's error when its load fails.
+   */
+  private async buildRing(members: MemberView[], model: LoadedModel, signal?: AbortSignal): Promise<Ring> {
+    const { plan, order } = this.planFor(members, model);
+    // The host serves the head; the blocks run on members, so a ring needs at least one.
+    if (order.length < 2) throw new KiwiError('PLAN_INSUFFICIENT_MEMORY', 'No member is left to run the model\'s blocks.');
+    const epoch = ++this.epoch;
+    this.plan = plan;
+    this.emit('plan', plan);
+    const memberByPeer = new Map(members.map((m) => [m.peer, m]));
+    const memberIds = order.slice(1).map((s) => memberByPeer.get(s.peer)!.memberId);
+    this.session.setRingOrder(memberIds);
+    await this.linksUp(members, signal);
+
+    this.phase = this.ring === undefined ? 'loading' : this.phase;
+    const { file, shape, fingerprint } = model;
+    const wire = this.opts.wire ?? { encoding: 'f32', zstd: false };
+    const hostRange = order[0]!;
+    const hostName = this.opts.hostName ?? 'host';
+    const stages = new Map<number, StageStatus>();
+    const memberPeers = new Map<string, number>();
+    stages.set(0, { peer: 0, name: hostName, start: hostRange.start, end: hostRange.end, head: true, state: 'loading' });
+    for (const [i, s] of order.entries()) {
+      if (i === 0) continue;
+      const m = memberByPeer.get(s.peer)!;
+      memberPeers.set(m.memberId, s.peer);
+      stages.set(s.peer, { peer: s.peer, name: m.name, start: s.start, end: s.end, head: false, state: 'assigned' });
+    }
+    this.stages = stages;
+    this.memberPeers = memberPeers;
+    for (const [i, s] of order.entries()) {
+      if (i === 0) continue;
+      const m = memberByPeer.get(s.peer)!;
+      const assign: Assign = {
+        kind: 'assign', epoch, start: s.start, end: s.end,
+        prev: order[i - 1]!.peer, next: order[(i + 1) % order.length]!.peer,
+        encoding: wire.encoding, zstd: wire.zstd,
+        model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize, ...(this.opts.modelUrl !== undefined ? { url: this.opts.modelUrl } : {}) },
+        maxPositions: shape.maxPositions,
+      };
+      const spans = await hashSpans(this.opts.modelPath, stageSpans(file, s));
+      this.transfers.set(m.memberId, { epoch, plan: spans, acked: 0, wake: undefined });
+      this.sendTo(m.memberId, assign);
+      this.sendTo(m.memberId, { kind: 'weights-plan', epoch, spans });
+    }
+    // The host's own stages load while the members load theirs; unchanged ones are kept.
+    const old = this.ring?.first;
+    const first = hostRange.end === 0
+      ? undefined
+      : old !== undefined && old.plan.end === hostRange.end ? old : await Stage.open(file, shape, { start: 0, end: hostRange.end, head: false }, this.stageOptions());
+    this.head ??= await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, this.stageOptions());
+    const hostStage = stages.get(0)!;
+    Object.assign(hostStage, { state: first !== undefined && first === old ? 'kept' : 'ready', source: first !== undefined && first === old ? 'kept' : 'local' });
+    this.emit('ready', { ...hostStage });
+    try {
+      await this.until(
+        () => {
+          this.checkStillHere(members);
+          const failed = [...stages.values()].find((s) => s.state === 'failed');
+          if (failed !== undefined) throw this.error ?? new KiwiError('RING_NOT_READY', `${failed.name} could not load layers ${failed.start}-${failed.end}.`);
+          return [...stages.values()].every((s) => s.state === 'ready' || s.state === 'kept');
+        },
+        'every member to load its layers',
+        this.opts.readyTimeoutMs ?? 600_000,
+        signal,
+      );
+    } catch (err) {
+      if (first !== old) await first?.dispose();
+      throw err;
+    }
+    if (old !== undefined && old !== first) await old.dispose();
+    const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
+      epoch, first, head: this.head, firstPeer: order[1]!.peer, lastPeer: order[order.length - 1]!.peer, wire,
+      onBroken: (err) => this.requestReplan(err.message, true),
+    });
+    return { epoch, order, memberIds, first, engine };
+  }
+
+  /** A member joined or came back: plan it in shortly (others may follow), at a safe point. */
+  private scheduleRejoin(name: string): void {
+    if (this.phase === 'waiting') return; // the wait notices the change itself
+    clearTimeout(this.rejoinTimer);
+    this.rejoinTimer = setTimeout(() => this.requestReplan(`${name} joined`, false), this.opts.rejoinDelayMs ?? 1000);
+  }
+
+  /**
+   * Starts a re-plan, or makes the running one go round again. A fault retires the ring at once
+   * (its steps in flight are held for recompute); otherwise steps in flight finish first.
+   */
+  private requestReplan(reason: string, fault: boolean): void {
+    if (this.generator === undefined || this.phase === 'closed' || this.phase === 'failed') return;
+    if (fault) this.ring?.engine.retire(new KiwiError('RING_REPLAN', reason));
+    this.replanReason ??= reason;
+    this.poke();
+    this.replanning ??= this.replanLoop().finally(() => {
+      this.replanning = undefined;
+    });
+  }
+
+  private async replanLoop(): Promise<void> {
+    const generator = this.generator!;
+    const model = this.model!;
+    while (this.replanReason !== undefined && this.phase !== 'closed') {
+      const reason = this.replanReason;
+      const fault = this.ring?.engine.isRetired !== false;
+      const startedAt = Date.now();
+      if (!fault && !this.worthReplanning(model)) {
+        this.replanReason = undefined;
+        break;
+      }
+      this.phase = 'recovering';
+      this.recovery = { reason, startedAt };
+      this.emit('recovering', reason);
+      await generator.hold();
+      this.ring?.engine.retire(new KiwiError('RING_REPLAN', reason));
+      if (fault) await sleep(FAULT_GRACE_MS);
+      this.replanReason = undefined;
+      const ring = await this.nextRing(model, reason, startedAt);
+      if (ring === undefined) return; // closed
+      this.ring = ring;
+      const resumedRequests = generator.resume(ring.engine);
+      const bytesMoved = [...this.stages.values()].reduce((n, s) => n + (s.source === 'host' || s.source === 'url' ? (s.transferredBytes ?? 0) : 0), 0);
+      const record: RecoveryRecord = { epoch: ring.epoch, reason, startedAt, durationMs: Date.now() - startedAt, bytesMoved, resumedRequests };
+      this.recoveries.push(record);
+      if (this.recoveries.length > MAX_RECOVERIES_SHOWN) this.recoveries.shift();
+      this.recovery = undefined;
+      this.waitingUntil = undefined;
+      this.phase = 'serving';
+      this.error = undefined;
+      this.releaseLeavers(ring);
+      this.emit('recovered', record);
+    }
+  }
+
+  /** A join re-plans only when the plan would change (a member the planner leaves out costs nothing). */
+  private worthReplanning(model: LoadedModel): boolean {
+    const ring = this.ring;
+    if (ring === undefined) return true;
+    try {
+      const { order } = this.planFor(this.eligibleMembers(), model);
+      return JSON.stringify(order) !== JSON.stringify(ring.order);
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      return false;
+    }
+  }
+
+  /**
+   * Builds the next ring from whoever is eligible, retrying when someone drops out meanwhile; when
+   * the members cannot hold the model, waits for a change in membership, failing the held requests
+   * once recoveryTimeoutMs has passed. Undefined when the host closed.
+   */
+  private async nextRing(model: LoadedModel, reason: string, startedAt: number): Promise<Ring | undefined> {
+    const generator = this.generator!;
+    const deadline = startedAt + (this.opts.recoveryTimeoutMs ?? 120_000);
+    let failedWaiting = false;
+    for (;;) {
+      if (this.closed) return undefined;
+      const version = this.membershipVersion;
+      try {
+        return await this.buildRing(this.eligibleMembers(), model);
+      } catch (err) {
+        if (!isKiwiError(err) || this.closed) return undefined;
+        if (err.code !== 'PLAN_INSUFFICIENT_MEMORY') {
+          // Someone dropped out or failed to load during the re-plan: plan again over who is left.
+          this.emit('error', err);
+          await sleep(FAULT_GRACE_MS);
+          continue;
+        }
+        this.phase = 'waiting';
+        this.error = new KiwiError('RING_UNAVAILABLE', `The members left cannot hold the model (${err.message}) after ${reason}; waiting for a member to return or join.`);
+        this.waitingUntil = failedWaiting ? undefined : deadline;
+        this.emit('waiting', this.error.message);
+        try {
+          await this.until(() => this.membershipVersion !== version, 'a member to return', failedWaiting ? 24 * 3600_000 : Math.max(1, deadline - Date.now()));
+        } catch (waitErr) {
+          if (!isKiwiError(waitErr, 'SESSION_TIMEOUT')) return undefined;
+          failedWaiting = true;
+          this.waitingUntil = undefined;
+          generator.failWaiting(new KiwiError('RING_UNAVAILABLE', `The ring lost members (${reason}) and the rest cannot hold the model; none returned within ${Math.round((this.opts.recoveryTimeoutMs ?? 120_000) / 1000)} s. Retry once a member rejoins.`));
+          continue;
+        }
+        // Let a returning member settle (its links, its capabilities) before planning.
+        await sleep(this.opts.rejoinDelayMs ?? 1000);
+        this.phase = 'recovering';
+      }
+    }
+  }
+
+  /** Members that asked to leave and are out of the ring now may go. */
+  private releaseLeavers(ring: Ring): void {
+    for (const id of [...this.leaving]) {
+      if (ring.memberIds.includes(id)) continue;
+      this.leaving.delete(id);
+      this.session.sendPipeline(id, { kind: 'released' });
+    }
   }
 
   private sendTo(memberId: string, body: HostToMemberBody): void {
     if (!this.session.sendPipeline(memberId, body as unknown as Record<string, unknown>)) {
-      throw new KiwiError('SESSION_DISCONNECTED', 'A member disconnected while the ring was being set up.');
+      throw new KiwiError('RING_REPLAN', 'A member disconnected while the ring was being set up.');
     }
   }
 
   private onPipeline(memberId: string, raw: Record<string, unknown>): void {
-    const peer = this.memberPeers.get(memberId);
-    const stage = peer !== undefined ? this.stages.get(peer) : undefined;
-    if (stage === undefined) return;
     let body: MemberToHostBody;
     try {
       body = parsePipelineBody(MemberToHostBody, raw);
@@ -363,6 +642,22 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.emit('error', err);
       return;
     }
+    if (body.kind === 'leaving') {
+      this.leaving.add(memberId);
+      if (this.ring?.memberIds.includes(memberId) === true || this.phase === 'recovering' || this.phase === 'waiting') {
+        const name = this.session.status().members.find((m) => m.memberId === memberId)?.name ?? 'a member';
+        this.requestReplan(`${name} is leaving`, false);
+      } else {
+        this.leaving.delete(memberId);
+        this.session.sendPipeline(memberId, { kind: 'released' });
+      }
+      return;
+    }
+    const peer = this.memberPeers.get(memberId);
+    const stage = peer !== undefined ? this.stages.get(peer) : undefined;
+    if (stage === undefined) return;
+    // Answers about an earlier assignment are stale.
+    if ((body.kind === 'assigned' || body.kind === 'ready' || body.kind === 'failed') && body.epoch !== undefined && body.epoch !== this.epoch) return;
     switch (body.kind) {
       case 'assigned':
         stage.state = 'loading';
@@ -384,7 +679,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         break;
       }
       case 'ready':
-        Object.assign(stage, { state: 'ready', source: body.source, transferredBytes: body.transferredBytes, loadMs: body.loadMs });
+        Object.assign(stage, { state: body.source === 'kept' ? 'kept' : 'ready', source: body.source, transferredBytes: body.transferredBytes, loadMs: body.loadMs });
         this.emit('ready', { ...stage });
         break;
       case 'failed':
@@ -406,6 +701,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     }
     t.acked = 0;
     let sent = 0;
+    // A re-plan gives the member a new transfer; this one then stops.
+    const current = (): boolean => this.phase !== 'closed' && this.transfers.get(memberId) === t;
     const fh = await open(this.opts.modelPath, 'r');
     try {
       for (const s of spans) {
@@ -418,8 +715,9 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
                 resolve();
               };
             });
-            if (this.phase === 'closed') return;
+            if (!current()) return;
           }
+          if (!current()) return;
           const n = Math.min(CHUNK_BYTES, s.bytes - at);
           const buf = Buffer.allocUnsafe(n);
           await fh.read(buf, 0, n, s.offset + at);
@@ -431,6 +729,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       await fh.close();
     }
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 function meanByKey(records: ReadonlyArray<Record<string, number>>): Record<string, number> {

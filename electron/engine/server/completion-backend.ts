@@ -43,6 +43,8 @@ export interface CompletionBackend {
   status(): BackendStatus;
   /** Requests started with generate() that still wait for admission (KV blocks) and do not run yet. */
   waitingForAdmission?(): number;
+  /** More for GET /health, e.g. a ring re-planning after a member left (requests wait meanwhile). */
+  health?(): Record<string, unknown>;
   /** Tokenizes (rendering chat messages with the model's template); throws KiwiError on bad input. */
   prepare(prompt: PromptInput): PreparedPrompt;
   /**

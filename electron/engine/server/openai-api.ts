@@ -119,7 +119,7 @@ export function createOpenAiApi(opts: OpenAiApiOptions): OpenAiApi {
       }
       if (req.path === '/health') {
         const status = backend.status();
-        return json(status === 'serving' ? 200 : 503, { status, ...queue.load() });
+        return json(status === 'serving' ? 200 : 503, { status, ...queue.load(), ...backend.health?.() });
       }
       checkAuth(req);
       if (req.path === '/v1/models') {

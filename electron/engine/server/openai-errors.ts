@@ -33,6 +33,9 @@ const TABLE: Partial<Record<KiwiErrorCode, HttpMapping>> = {
   API_QUEUE_FULL: { status: 429, type: 'rate_limit_error', code: 'rate_limit_exceeded' },
   API_NOT_SERVING: { status: 503, type: 'unavailable_error', code: 'model_not_ready' },
   API_SHUTTING_DOWN: { status: 503, type: 'unavailable_error', code: 'server_shutting_down' },
+  // The ring lost members and the rest cannot hold the model: retry once someone rejoins.
+  RING_UNAVAILABLE: { status: 503, type: 'unavailable_error', code: 'ring_unavailable' },
+  RING_BROKEN: { status: 503, type: 'unavailable_error', code: 'ring_broken' },
   // nginx's 499: nobody reads it, but logs and tests see a cancellation, not a failure.
   API_CLIENT_CLOSED: { status: 499, type: 'invalid_request_error', code: 'client_closed_request' },
   // Runtime failures caused by what the request asked for.

@@ -15,7 +15,7 @@ import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import { activeMembers, apply, initialMembership, type MemberRecord, type MembershipChange, type MembershipEvent, type MembershipState } from './membership.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, formatSessionCode, generateSessionCode } from './session-code.js';
-import { decodeControl, encodeControl, fromB64, MemberToHost, PakeBody, parseBody, toB64, type HostToMember } from './session-messages.js';
+import { decodeControl, encodeControl, fromB64, MemberToHost, PakeBody, parseBody, toB64, type HostToMember, type RosterEntry } from './session-messages.js';
 import { passwordScalar, spake2Start, type Spake2Pending, type Spake2Result } from './spake2.js';
 
 export const PAKE_ID_MEMBER = new TextEncoder().encode('kiwi member');
@@ -59,7 +59,7 @@ export interface SessionStatus {
   nameplate: number;
   rendezvousUrl: string;
   members: MemberView[];
-  /** Ring order: the host (peer 0) first, then active members in join order. */
+  /** Ring order: the host (peer 0) first, then the members of the planned ring (before a plan: every active member in join order). */
   ring: number[];
   links: Array<{ a: number; b: number; state: RingLinkStatus['state']; kind: RingLinkStatus['kind']; rttMs: number | undefined }>;
 }
@@ -69,6 +69,8 @@ export interface HostEvents {
   'pake-failed': [peer: number, reason: string];
   'nameplate-closed': [reason: string];
   link: [status: { a: number; b: number } & RingLinkStatus];
+  /** A member's control connection closed (it may reconnect; silence decides eviction). */
+  disconnected: [memberId: string];
   /** A pipeline message from a member (engine/pipeline validates the body). */
   pipeline: [memberId: string, body: Record<string, unknown>];
   /** An error that did not stop the session (a misbehaving member, a broken link). */
@@ -95,7 +97,8 @@ export class HostSession extends EventEmitter<HostEvents> {
   private readonly controls = new Map<number, Connected>();
   private readonly ringLinks = new Map<string, { a: number; b: number } & RingLinkStatus>();
   private ringPairs = new Set<string>();
-  private ringOrder: string[] = [];
+  /** The planned ring's members in order, once planned; undefined: every active member. */
+  private ringOrder: string[] | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private closing = false;
   /** Stops the LAN beacon, when one runs. */
@@ -156,11 +159,17 @@ export class HostSession extends EventEmitter<HostEvents> {
   }
 
   /**
-   * Sets the ring order the planner chose (member ids after the host); members not listed follow
-   * in join order. Ring neighbours that changed get fresh link keys.
+   * Sets the ring the planner chose: exactly these members after the host, in this order (members
+   * not listed stay in the session but out of the ring). Ring neighbours that changed get fresh link
+   * keys, and so do kept pairs whose link is down.
    */
   setRingOrder(memberIds: readonly string[]): void {
     this.ringOrder = [...memberIds];
+    for (const [key, l] of this.ringLinks) {
+      if (l.state !== 'closed' && l.state !== 'failed') continue;
+      this.ringPairs.delete(key);
+      this.ringLinks.delete(key);
+    }
     this.updateRing();
   }
 
@@ -269,7 +278,11 @@ export class HostSession extends EventEmitter<HostEvents> {
       if (this.controls.get(peer) === conn) this.controls.delete(peer);
       // A member that already reconnected on another connection is not disconnected.
       const id = conn.memberId;
-      if (id !== undefined && ![...this.controls.values()].some((c) => c.memberId === id)) this.dispatch({ type: 'disconnected', memberId: id, at: this.now() });
+      if (id !== undefined && ![...this.controls.values()].some((c) => c.memberId === id)) {
+        this.dispatch({ type: 'disconnected', memberId: id, at: this.now() });
+        this.sendRoster();
+        this.emit('disconnected', id);
+      }
     });
   }
 
@@ -290,6 +303,7 @@ export class HostSession extends EventEmitter<HostEvents> {
       }
       this.sendControl(conn, { type: 'welcome', state: m?.state === 'active' ? 'active' : 'pending' });
       this.updateRing();
+      this.sendRoster();
       return;
     }
     if (conn.memberId === undefined) throw new KiwiError('CONTROL_UNEXPECTED', 'A member must say hello first.');
@@ -305,6 +319,9 @@ export class HostSession extends EventEmitter<HostEvents> {
         return;
       case 'link-status':
         this.onLinkStatus(conn.peer, { peer: msg.peer, state: 'up', kind: msg.kind, rttMs: msg.rttMs });
+        return;
+      case 'link-down':
+        this.onLinkStatus(conn.peer, { peer: msg.peer, state: msg.state, kind: undefined, rttMs: undefined, error: msg.reason });
         return;
       case 'pipeline':
         this.emit('pipeline', memberId, msg.body);
@@ -333,7 +350,20 @@ export class HostSession extends EventEmitter<HostEvents> {
       }
       this.emit('change', change);
     }
-    if (changes.length > 0) this.updateRing();
+    if (changes.length > 0) {
+      this.updateRing();
+      this.sendRoster();
+    }
+  }
+
+  /** Tells every connected member who is in the session. */
+  private sendRoster(): void {
+    const ring = new Set(this.ring());
+    const members: RosterEntry[] = [...this.membership.members.values()]
+      .filter((m) => m.state !== 'rejected')
+      .slice(-1024)
+      .map((m) => ({ peer: m.peer, name: m.name, state: m.state, connected: m.connected, inRing: ring.has(m.peer) && m.state === 'active' }));
+    for (const conn of this.controls.values()) if (conn.memberId !== undefined) this.sendControl(conn, { type: 'roster', members });
   }
 
   private sendControl(conn: Connected, msg: HostToMember): void {
@@ -341,13 +371,11 @@ export class HostSession extends EventEmitter<HostEvents> {
   }
 
   private ring(): number[] {
-    const rank = (id: string): number => {
-      const i = this.ringOrder.indexOf(id);
-      return i < 0 ? Number.MAX_SAFE_INTEGER : i;
-    };
-    const members = activeMembers(this.membership).sort(
-      (a, b) => rank(a.memberId) - rank(b.memberId) || a.joinedAtMs - b.joinedAtMs || a.memberId.localeCompare(b.memberId),
-    );
+    const order = this.ringOrder;
+    const rank = (id: string): number => order?.indexOf(id) ?? 0;
+    const members = activeMembers(this.membership)
+      .filter((m) => order === undefined || order.includes(m.memberId))
+      .sort((a, b) => rank(a.memberId) - rank(b.memberId) || a.joinedAtMs - b.joinedAtMs || a.memberId.localeCompare(b.memberId));
     return [HOST_PEER, ...members.map((m) => m.peer)];
   }
 

@@ -12,7 +12,7 @@ import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import type { Capabilities } from './membership.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, parseSessionCode } from './session-code.js';
-import { decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost } from './session-messages.js';
+import { decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost, type RosterEntry } from './session-messages.js';
 import { passwordScalar, spake2Start } from './spake2.js';
 
 export interface JoinOptions {
@@ -43,6 +43,8 @@ export interface MemberEvents {
   rejected: [reason: string];
   disconnected: [reason: string];
   link: [status: RingLinkStatus];
+  /** The host's list of who is in the session changed. */
+  roster: [members: readonly RosterEntry[]];
   /** A pipeline message from the host (engine/pipeline validates the body). */
   pipeline: [body: Record<string, unknown>];
   /** A fatal error: the member stopped. */
@@ -64,6 +66,7 @@ export class MemberSession extends EventEmitter<MemberEvents> {
   private heartbeat: NodeJS.Timeout | undefined;
   private stopped = false;
   private joins = 0;
+  private rosterNow: readonly RosterEntry[] = [];
   private readonly nameplate: number;
   private readonly w: bigint;
 
@@ -82,6 +85,11 @@ export class MemberSession extends EventEmitter<MemberEvents> {
   /** The secure ring link to a neighbour, once up. */
   ringLink(peer: number): SecureLink | undefined {
     return this.conn?.links.link(peer);
+  }
+
+  /** Everyone in the session as the host last described it (empty until it does). */
+  roster(): readonly RosterEntry[] {
+    return this.rosterNow;
   }
 
   linkStatuses(): RingLinkStatus[] {
@@ -156,8 +164,11 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     const addresses = this.opts.advertise ?? listening;
     links.on('status', (s) => {
       this.emit('link', s);
-      if (s.state === 'up' && s.kind !== undefined && s.rttMs !== undefined && !control.closed) {
+      if (control.closed) return;
+      if (s.state === 'up' && s.kind !== undefined && s.rttMs !== undefined) {
         control.send(encodeControl({ type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs }));
+      } else if (s.state === 'closed' || s.state === 'failed') {
+        control.send(encodeControl({ type: 'link-down', peer: s.peer, state: s.state, reason: (s.error ?? s.state).slice(0, 200) }));
       }
     });
     const welcome = new Promise<'pending' | 'active'>((resolve, reject) => {
@@ -219,6 +230,10 @@ export class MemberSession extends EventEmitter<MemberEvents> {
         return;
       case 'pipeline':
         this.emit('pipeline', msg.body);
+        return;
+      case 'roster':
+        this.rosterNow = msg.members;
+        this.emit('roster', msg.members);
         return;
       case 'welcome':
       case 'rejected':

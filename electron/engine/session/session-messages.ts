@@ -26,12 +26,23 @@ const peer = z.number().int().min(0).max(0xffff);
 const linkRole = z.enum(['initiator', 'responder']);
 const pipelineBody = z.record(z.string().max(64), z.unknown());
 
+export const RosterEntry = z.strictObject({
+  peer,
+  name,
+  state: z.enum(['pending', 'active', 'soft-evicted', 'evicted', 'left', 'rejected']),
+  connected: z.boolean(),
+  inRing: z.boolean(),
+});
+export type RosterEntry = z.infer<typeof RosterEntry>;
+
 export const MemberToHost = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('hello'), memberId, name, addresses: z.array(address).max(8), capabilities: capabilities.optional() }),
   z.strictObject({ type: z.literal('heartbeat') }),
   z.strictObject({ type: z.literal('capabilities'), capabilities }),
   z.strictObject({ type: z.literal('leave') }),
   z.strictObject({ type: z.literal('link-status'), peer, kind: z.enum(['direct', 'relayed']), rttMs: z.number().nonnegative().max(600_000) }),
+  /** A ring link closed or could not be established: the host re-plans at once rather than waiting for silence. */
+  z.strictObject({ type: z.literal('link-down'), peer, state: z.enum(['closed', 'failed']), reason: z.string().max(200) }),
   /** Pipeline traffic (assignments, readiness, weights); its body is validated by engine/pipeline. */
   z.strictObject({ type: z.literal('pipeline'), body: pipelineBody }),
 ]);
@@ -45,6 +56,8 @@ export const HostToMember = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('link'), peer, linkId: b64(16), secret: b64(32), role: linkRole, addresses: z.array(address).max(8) }),
   z.strictObject({ type: z.literal('evicted'), reason: z.string().max(200) }),
   z.strictObject({ type: z.literal('pipeline'), body: pipelineBody }),
+  /** Who else is in the session, so members show names instead of peer numbers. */
+  z.strictObject({ type: z.literal('roster'), members: z.array(RosterEntry).max(1024) }),
 ]);
 export type HostToMember = z.infer<typeof HostToMember>;
 
