@@ -35,6 +35,7 @@ export const joinCommand = defineCommand({
     'heartbeat-ms': { type: 'string', valueName: 'MS', description: 'Interval of heartbeats to the host', default: '5000' },
     model: { type: 'string', valueName: 'FILE', description: 'This machine\'s own copy of the host\'s model (else its layers come from the host)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for this member\'s stage (default: all cores)' },
+    'keep-free-mb': { type: 'string', valueName: 'MB', description: 'Memory (VRAM with CUDA) to leave free for other programs: below it, ask the host for fewer layers instead of running out' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graph in memory instead of using the shard cache' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
   },
@@ -66,7 +67,9 @@ export const joinCommand = defineCommand({
     member.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
     const modelPath = stringOption(ctx, 'model');
     const threadsText = stringOption(ctx, 'threads');
+    const keepFreeText = stringOption(ctx, 'keep-free-mb');
     const ring = new RingMember(member, {
+      ...(keepFreeText !== undefined ? { keepFreeBytes: intOption(keepFreeText, 'keep-free-mb', 0, 2 ** 30) * 2 ** 20 } : {}),
       ...(modelPath !== undefined ? { modelPath } : {}),
       weightsDir: join(kiwiCacheDir(), 'weights'),
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
@@ -76,6 +79,8 @@ export const joinCommand = defineCommand({
     ring.on('weights-progress', (p) => print('weights-progress', { received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `weights: ${p.receivedBytes} of ${p.totalBytes} bytes`));
     ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
+    ring.on('memory', (m) => print('memory', { low: m.low, free_bytes: m.freeBytes, memory_bytes: m.memoryBytes },
+      m.low ? `free memory is low (${Math.round(m.freeBytes / 2 ** 20)} MiB): asking the host for fewer layers` : 'free memory is back: offering the full share again'));
     ring.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
     // `status` on stdin: this member's stage and the requests whose KV caches it holds.
     const rl = createInterface({ input: process.stdin, terminal: false });

@@ -62,7 +62,7 @@ export class RingGenerator {
   private nextId = 1;
   private kvWaiters = 0;
   private readonly maxBatch: number;
-  private readonly maxInFlight: number;
+  private maxInFlight: number;
 
   constructor(
     private engine: RingEngine,
@@ -95,9 +95,10 @@ export class RingGenerator {
    * Continues on a new ring: every live request is opened there and replays its prompt and the
    * tokens generated so far as one prefill. Returns how many requests were resumed. Call after hold().
    */
-  resume(engine: RingEngine): number {
+  resume(engine: RingEngine, opts: { maxInFlight?: number } = {}): number {
     if (this.inFlight > 0) throw new Error('resume() while steps are in flight; await hold() first');
     this.engine = engine;
+    if (opts.maxInFlight !== undefined) this.maxInFlight = opts.maxInFlight;
     this.unavailable = undefined;
     const live = [...this.stalled, ...this.fresh, ...this.ready].sort((a, b) => a.id - b.id);
     this.stalled.length = 0;

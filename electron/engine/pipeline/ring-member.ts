@@ -9,6 +9,7 @@
 // loads the new range (weights it already received stay on disk). handBack() leaves gracefully:
 // the host re-plans without this member before it goes.
 import { EventEmitter } from 'node:events';
+import { freeMemoryReader, watchFreeMemory, type MemoryWatch } from '../device/memory-watch.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
@@ -34,12 +35,22 @@ export interface RingMemberOptions {
   threads?: number;
   /** Largest step frame accepted (decoded). Default 256 MiB. */
   maxFrameBytes?: number;
+  /**
+   * Free memory to leave to this machine's other programs: when less is free, the member asks the
+   * host for fewer layers (and for its full share again once memory is back).
+   */
+  keepFreeBytes?: number;
+  /** How free memory is read (default: the provider's device) and how often. */
+  readFreeBytes?: () => Promise<number>;
+  memoryCheckMs?: number;
 }
 
 export interface RingMemberEvents {
   assigned: [a: { start: number; end: number; head: boolean }];
   'weights-progress': [p: { receivedBytes: number; totalBytes: number }];
   ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number }];
+  /** Free memory fell below the reserve (low) or came back; memoryBytes: what this member asked to be planned with. */
+  memory: [m: { low: boolean; freeBytes: number; memoryBytes: number | null }];
   /** Something that did not stop the member, e.g. the model's URL failed and the host streams the weights instead. */
   warning: [err: KiwiError];
   error: [err: KiwiError];
@@ -66,6 +77,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private stageKey = '';
   private assignment: Assign | undefined;
   private released: (() => void) | undefined;
+  private memoryWatch: MemoryWatch | undefined;
+  /** Bytes of the weights this member's current range reads (its memory need, with the KV cache on top). */
+  private rangeBytes = 0;
   private readonly caches = new Map<number, KvCache>();
   private queue: Promise<void> = Promise.resolve();
   private transfer: Transfer | undefined;
@@ -124,6 +138,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.memoryWatch?.stop();
     await this.queue;
     await this.stage?.dispose();
     this.stage = undefined;
@@ -186,10 +201,11 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.caches.clear();
     this.send({ kind: 'assigned', epoch: a.epoch, start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });
+    this.startMemoryWatch();
     const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions]);
     if (this.stage !== undefined && this.stageKey === key) {
       // The same layers as before: the running stage serves the new ring (only the caches went).
-      await this.nextPlan(a.epoch);
+      this.rangeBytes = (await this.nextPlan(a.epoch)).spans.reduce((n, s) => n + s.bytes, 0);
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
@@ -220,8 +236,31 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
   }
 
+  /** Once assigned layers, a member with a memory reserve watches free memory. */
+  private startMemoryWatch(): void {
+    const keepFreeBytes = this.opts.keepFreeBytes;
+    if (keepFreeBytes === undefined || this.memoryWatch !== undefined) return;
+    this.memoryWatch = watchFreeMemory({
+      keepFreeBytes,
+      readFreeBytes: this.opts.readFreeBytes ?? freeMemoryReader(this.opts.provider),
+      ...(this.opts.memoryCheckMs !== undefined ? { intervalMs: this.opts.memoryCheckMs } : {}),
+      onChange: (low, freeBytes) => {
+        // What it holds now plus what is free beyond the reserve: the planner fits its range into that.
+        const memoryBytes = low ? Math.max(0, this.rangeBytes + freeBytes - keepFreeBytes) : null;
+        this.emit('memory', { low, freeBytes, memoryBytes });
+        try {
+          this.send({ kind: 'memory', memoryBytes });
+        } catch (err) {
+          if (!isKiwiError(err)) throw err;
+        }
+      },
+    });
+    void this.memoryWatch.check();
+  }
+
   private async obtainWeights(a: Assign): Promise<{ file: GgufFile; source: WeightsSource; transferredBytes: number }> {
     const plan = await this.nextPlan(a.epoch);
+    this.rangeBytes = plan.spans.reduce((n, s) => n + s.bytes, 0);
     if (this.opts.modelPath !== undefined) {
       const file = await openGguf(this.opts.modelPath);
       if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };

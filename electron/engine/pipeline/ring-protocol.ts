@@ -3,7 +3,7 @@
 //   host → member: assign (ring epoch, layer range, ring neighbours, activation wire options, model
 //                  identity), weights-plan, weights-chunk (bytes of the member's tensors when it has
 //                  no copy of the model), released (a member that asked to leave is out of the ring)
-//   member → host: assigned, weights-request, weights-progress, ready, failed, leaving
+//   member → host: assigned, weights-request, weights-progress, ready, failed, leaving, memory
 // Every re-plan starts a new ring epoch: steps and events of an older epoch are dropped on arrival.
 // Ring data (inside ring links, neighbour to neighbour), one message each:
 //   kind u8 = 1 STEP  | step frame (tensor-frame.ts): metadata {step, rows}, ids or hidden states
@@ -79,6 +79,8 @@ export const MemberToHostBody = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('failed'), epoch: epoch.optional(), code: z.string().max(64), message: z.string().max(1000) }),
   /** The member wants to stop contributing (pause, quit): the host re-plans without it, then answers `released`. */
   z.strictObject({ kind: z.literal('leaving') }),
+  /** Free memory fell below what the member keeps for other programs: plan it with at most this much (null: its full capacity again). */
+  z.strictObject({ kind: z.literal('memory'), memoryBytes: z.number().int().nonnegative().nullable() }),
 ]);
 export type MemberToHostBody = z.infer<typeof MemberToHostBody>;
 

@@ -127,4 +127,20 @@ describe('recovery when members go (real processes on loopback)', () => {
     const refused = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 8 }).then(() => undefined, (err: unknown) => err);
     expect(refused).toMatchObject({ status: 503, code: 'ring_unavailable' });
   }, 120_000);
+
+  it('plans a member out when its free memory drops below its reserve, without breaking a stream', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    const ring = await startRing(model, ['ada', 'bob']);
+    const prompt = 'Once upon a time, there was a little girl named Lily.';
+    const reference = await stream(ring.url, prompt, 200);
+    // cat keeps more memory free than any machine has: once assigned, she asks to be planned out.
+    const cat = procs.kiwi('join', ring.code, '--rendezvous', ring.rendezvous, '--name', 'cat', '--model', model, '--keep-free-mb', String(2 ** 30), '--json');
+    ring.members.set('cat', cat);
+    const during = stream(ring.url, prompt, 200);
+    await waitEvent(cat, (e) => e.event === 'memory' && e.low === true, 'cat to run short of memory', 30_000);
+    expect(await during).toBe(reference);
+    await until(async () => ring.host.events.some((e) => e.event === 'recovered' && /short of memory/.test(e.reason as string)), 'the re-plan without cat', 30_000);
+    expect(ring.host.events.findLast((e) => e.event === 'plan')!.order).not.toContain('cat');
+    expect(await stream(ring.url, prompt, 200)).toBe(reference);
+  }, 120_000);
 });

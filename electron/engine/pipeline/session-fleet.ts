@@ -12,6 +12,8 @@ export interface SessionDevice {
   peer: number;
   name: string;
   capabilities: Readonly<Record<string, unknown>> | undefined;
+  /** Memory it can give now, when less than its capabilities say (it asked to shrink). */
+  memoryBytes?: number;
 }
 
 const fleetDevice = z.object({
@@ -49,7 +51,7 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
   // Bandwidth is used only when every device has it (chooseTier); a stand-in keeps the tier uniform.
   const devices: DeviceSpec[] = input.devices.map((d, i) => {
     const spec = deviceFromCapabilities(d.capabilities) ?? input.fallback;
-    return { name: names[i]!, ...spec };
+    return { name: names[i]!, ...spec, ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}) };
   });
   const index = new Map(input.devices.map((d, i) => [d.peer, i]));
   const rtts: PairRtt[] = [];

@@ -186,6 +186,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private rejoinTimer: NodeJS.Timeout | undefined;
   /** Members that asked to leave: planned out, then released. */
   private readonly leaving = new Set<string>();
+  /** Memory members asked to be planned with (short of free memory), by member id. */
+  private readonly memoryLimits = new Map<string, number>();
   /** Bumped on every membership change, so waits for "someone came back" notice it. */
   private membershipVersion = 0;
 
@@ -202,6 +204,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     session.on('pipeline', (memberId, body) => this.onPipeline(memberId, body));
     session.on('change', (c) => {
       this.membershipVersion++;
+      // A member that went or came back starts with its full memory again.
+      if (c.type === 'member-left' || c.type === 'member-joined') this.memoryLimits.delete(c.memberId);
       const inRing = this.ring?.memberIds.includes(c.memberId) === true;
       if (c.type === 'member-left' && inRing) this.requestReplan(`${c.name} ${c.reason === 'left' ? 'left the session' : 'went silent (no heartbeat)'}`, true);
       if ((c.type === 'member-joined' || c.type === 'member-recovered') && !inRing) this.scheduleRejoin(c.name);
@@ -380,11 +384,17 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   }
 
   private planFor(members: readonly MemberView[], model: LoadedModel): { plan: PlanJson; order: RingStage[] } {
+    // A member short of memory is planned with what it can give; one that cannot hold a block sits out.
+    const limit = (m: MemberView): number | undefined => this.memoryLimits.get(m.memberId);
+    const usable = members.filter((m) => (limit(m) ?? Number.POSITIVE_INFINITY) >= this.opts.modelSizes.blockBytes);
     const { plan, stages } = planRing({
       model: this.opts.modelSizes,
       context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1,
-      devices: [{ peer: 0, name: this.opts.hostName ?? 'host', capabilities: undefined }, ...members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities }))],
+      devices: [
+        { peer: 0, name: this.opts.hostName ?? 'host', capabilities: undefined },
+        ...usable.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}) })),
+      ],
       fallback: this.opts.hostDevice,
       links: this.session.status().links,
     });
@@ -422,8 +432,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.backend.attach({ file, tokenizer: createTokenizer(file.metadata), generator: this.generator, contextTokens: shape.maxPositions });
     this.phase = 'serving';
     this.emit('serving');
-    // Members that joined while the first ring formed are planned in now.
-    if (this.eligibleMembers().some((m) => !ring.memberIds.includes(m.memberId))) this.scheduleRejoin('a member');
+    // Members that joined, or ran short of memory, while the first ring formed are planned now.
+    if (this.memoryLimits.size > 0 || this.eligibleMembers().some((m) => !ring.memberIds.includes(m.memberId))) this.scheduleRejoin('a member');
   }
 
   /**
@@ -549,7 +559,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       const ring = await this.nextRing(model, reason, startedAt);
       if (ring === undefined) return; // closed
       this.ring = ring;
-      const resumedRequests = generator.resume(ring.engine);
+      const resumedRequests = generator.resume(ring.engine, { maxInFlight: this.opts.maxInFlight ?? ring.order.length });
       const bytesMoved = [...this.stages.values()].reduce((n, s) => n + (s.source === 'host' || s.source === 'url' ? (s.transferredBytes ?? 0) : 0), 0);
       const record: RecoveryRecord = { epoch: ring.epoch, reason, startedAt, durationMs: Date.now() - startedAt, bytesMoved, resumedRequests };
       this.recoveries.push(record);
@@ -651,6 +661,13 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         this.leaving.delete(memberId);
         this.session.sendPipeline(memberId, { kind: 'released' });
       }
+      return;
+    }
+    if (body.kind === 'memory') {
+      const name = this.session.status().members.find((m) => m.memberId === memberId)?.name ?? 'a member';
+      if (body.memoryBytes === null) this.memoryLimits.delete(memberId);
+      else this.memoryLimits.set(memberId, body.memoryBytes);
+      this.requestReplan(body.memoryBytes === null ? `${name} has memory to spare again` : `${name} is short of memory`, false);
       return;
     }
     const peer = this.memberPeers.get(memberId);
