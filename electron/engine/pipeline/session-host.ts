@@ -186,6 +186,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private rejoinTimer: NodeJS.Timeout | undefined;
   /** Members that asked to leave: planned out, then released. */
   private readonly leaving = new Set<string>();
+  /** Members whose load failed during the re-plan under way: the next attempt plans without them. */
+  private readonly failedLoads = new Set<string>();
   /** Memory members asked to be planned with (short of free memory), by member id. */
   private readonly memoryLimits = new Map<string, number>();
   /** Bumped on every membership change, so waits for "someone came back" notice it. */
@@ -314,9 +316,9 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     return this.session.status().members.filter((m) => m.state === 'active' && m.connected);
   }
 
-  /** Members a plan may use: active, connected, not on their way out. */
+  /** Members a plan may use: active, connected, not on their way out, not failing to load. */
   private eligibleMembers(): MemberView[] {
-    return this.activeMembers().filter((m) => !this.leaving.has(m.memberId));
+    return this.activeMembers().filter((m) => !this.leaving.has(m.memberId) && !this.failedLoads.has(m.memberId));
   }
 
   private peerName(peer: number): string {
@@ -566,6 +568,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       if (this.recoveries.length > MAX_RECOVERIES_SHOWN) this.recoveries.shift();
       this.recovery = undefined;
       this.waitingUntil = undefined;
+      this.failedLoads.clear();
       this.phase = 'serving';
       this.error = undefined;
       this.releaseLeavers(ring);
@@ -604,6 +607,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         if (!isKiwiError(err) || this.closed) return undefined;
         if (err.code !== 'PLAN_INSUFFICIENT_MEMORY') {
           // Someone dropped out or failed to load during the re-plan: plan again over who is left.
+          for (const [id, peer] of this.memberPeers) if (this.stages.get(peer)?.state === 'failed') this.failedLoads.add(id);
           this.emit('error', err);
           await sleep(FAULT_GRACE_MS);
           continue;
