@@ -21,7 +21,7 @@ import { decodeStepFrame, encodeStepFrame, type WireOptions } from '../transport
 import type { SecureLink } from '../transport/secure-link.js';
 import { fetchSpans, PartialModel, type HashedSpan } from './member-weights.js';
 import {
-  Assign, decodeRingEvent, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody, parseStepMetadata, RingKind,
+  Assign, decodeRingEvent, decodeWeightsChunk, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody, parseStepMetadata, RingKind,
   type MemberToHostBody, type RingEvent, type WeightsPlan,
 } from './ring-protocol.js';
 
@@ -98,6 +98,15 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   ) {
     super();
     session.on('pipeline', (body) => this.onControl(body));
+    session.on('pipeline-bytes', (bytes) => {
+      try {
+        const chunk = decodeWeightsChunk(bytes);
+        this.onChunk(chunk.offset, chunk.data);
+      } catch (err) {
+        if (!isKiwiError(err)) throw err;
+        this.emit('error', err);
+      }
+    });
     session.on('link', (s) => {
       if (s.state === 'up') this.attach(s.peer);
     });
@@ -167,10 +176,6 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
         return;
       case 'released':
         this.released?.();
-        return;
-      case 'weights-chunk':
-        // Chunks are written in arrival order on the step queue's sibling: the control link is ordered.
-        this.onChunk(body.offset, new Uint8Array(Buffer.from(body.data, 'base64')));
         return;
     }
   }

@@ -1,8 +1,9 @@
 // What travels for the ring pipeline, validated where it enters.
 // Control (inside the session's encrypted control link, as `{type:'pipeline', body}`):
 //   host → member: assign (ring epoch, layer range, ring neighbours, activation wire options, model
-//                  identity), weights-plan, weights-chunk (bytes of the member's tensors when it has
-//                  no copy of the model), released (a member that asked to leave is out of the ring)
+//                  identity), weights-plan, released (a member that asked to leave is out of the ring);
+//                  and binary: weights chunks (bytes of the member's tensors when it has no copy of
+//                  the model): u8 kind = 1 | f64 LE offset in the host's GGUF | the bytes
 //   member → host: assigned, weights-request, weights-progress, ready, failed, leaving, memory
 // Every re-plan starts a new ring epoch: steps and events of an older epoch are dropped on arrival.
 // Ring data (inside ring links, neighbour to neighbour), one message each:
@@ -38,13 +39,27 @@ export const Assign = z.strictObject({
 });
 export type Assign = z.infer<typeof Assign>;
 
-/** One piece of the member's file: bytes [offset, offset + data) of the host's GGUF. */
-export const WeightsChunk = z.strictObject({
-  kind: z.literal('weights-chunk'),
-  offset: z.number().int().nonnegative(),
-  data: z.string().max(48 * 1024).regex(/^[A-Za-z0-9+/]*={0,2}$/),
-});
-export type WeightsChunk = z.infer<typeof WeightsChunk>;
+const WEIGHTS_CHUNK = 1;
+const CHUNK_HEADER_BYTES = 9;
+/** The largest weights chunk accepted. */
+export const MAX_WEIGHTS_CHUNK_BYTES = 1024 * 1024;
+
+/** One piece of the member's file: bytes [offset, offset + data) of the host's GGUF, as a binary control message. */
+export function encodeWeightsChunk(offset: number, data: Uint8Array): Uint8Array {
+  const out = new Uint8Array(CHUNK_HEADER_BYTES + data.length);
+  out[0] = WEIGHTS_CHUNK;
+  new DataView(out.buffer).setFloat64(1, offset, true);
+  out.set(data, CHUNK_HEADER_BYTES);
+  return out;
+}
+
+export function decodeWeightsChunk(bytes: Uint8Array): { offset: number; data: Uint8Array } {
+  if (bytes.length < CHUNK_HEADER_BYTES || bytes[0] !== WEIGHTS_CHUNK) throw new KiwiError('RING_PROTOCOL', 'A binary pipeline message is not a weights chunk.');
+  if (bytes.length - CHUNK_HEADER_BYTES > MAX_WEIGHTS_CHUNK_BYTES) throw new KiwiError('RING_PROTOCOL', `A weights chunk of ${bytes.length - CHUNK_HEADER_BYTES} bytes exceeds ${MAX_WEIGHTS_CHUNK_BYTES}.`);
+  const offset = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getFloat64(1, true);
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new KiwiError('RING_PROTOCOL', 'A weights chunk has no valid offset.');
+  return { offset, data: bytes.subarray(CHUNK_HEADER_BYTES) };
+}
 
 /** The host's answer to a weights request: the spans to expect and their sha256, then chunks. */
 export const WeightsPlan = z.strictObject({
@@ -58,7 +73,7 @@ export type WeightsPlan = z.infer<typeof WeightsPlan>;
 /** The answer to `leaving`: the ring runs without this member now; it may go. */
 export const Released = z.strictObject({ kind: z.literal('released') });
 
-export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, WeightsChunk, Released]);
+export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, Released]);
 export type HostToMemberBody = z.infer<typeof HostToMemberBody>;
 
 const span = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });

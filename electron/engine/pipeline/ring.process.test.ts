@@ -136,7 +136,7 @@ describe('the ring served as an OpenAI API (real processes on loopback)', () => 
     const model = join(tempDir(), 'tiny8.gguf');
     const shape = { name: 'tiny8', architecture: 'llama', blockCount: 8, embeddingLength: 64, headCount: 4, headCountKv: 2, feedForwardLength: 160, vocabSize: 320, contextLength: 512 };
     await kiwiJson('synth', '--shape', JSON.stringify(shape), '--quant', 'q8_0', '--out', model, '--seed', '7');
-    const ring = await startRing(model, { host: ['--zstd', '--relay-only'], members: ['--relay-only'] });
+    const ring = await startRing(model, { host: ['--zstd', 'on', '--relay-only'], members: ['--relay-only'] });
     const links = ring.host.events.filter((e) => e.event === 'link' && typeof e.rtt_ms === 'number');
     expect(links.length).toBeGreaterThanOrEqual(3);
     expect(links.every((e) => e.kind === 'relayed')).toBe(true);

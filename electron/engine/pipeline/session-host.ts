@@ -32,11 +32,12 @@ import { Stage } from '../runtime/stage.js';
 import { attentionHeadDim, type DecoderShape } from '../runtime/stage-graph.js';
 import { createHost, type HostOptions, type HostSession, type MemberView, type SessionStatus } from '../session/host.js';
 import type { WireOptions } from '../transport/tensor-frame.js';
+import { chooseLinkWire, type WirePolicy } from './link-wire.js';
 import { hashSpans, stageSpans, type HashedSpan } from './member-weights.js';
 import { RingBackend } from './ring-backend.js';
 import { RingEngine } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
-import { MemberToHostBody, parsePipelineBody, type Assign, type HostToMemberBody } from './ring-protocol.js';
+import { encodeWeightsChunk, MemberToHostBody, parsePipelineBody, type Assign, type HostToMemberBody } from './ring-protocol.js';
 import { planRing, type RingStage } from './session-fleet.js';
 
 export interface SessionHostOptions {
@@ -52,6 +53,9 @@ export interface SessionHostOptions {
   /** This machine as a fleet device; also stands in for members that report no device. */
   hostDevice: Omit<DeviceSpec, 'name'>;
   hostName?: string;
+  /** How each ring link's activations are encoded, chosen per link from what is known of it (link-wire.ts). */
+  wirePolicy?: WirePolicy;
+  /** Without wirePolicy: the one wire of every link (default f32, no zstd). */
   wire?: WireOptions;
   /** Context per request (positions); default the model's, at most 4096. */
   maxPositions?: number;
@@ -82,6 +86,8 @@ export interface StageStatus {
   /** kept: ready with the stage it already ran (same layers as before the re-plan). */
   state: 'assigned' | 'loading' | 'ready' | 'kept' | 'failed';
   source?: 'local' | 'cache' | 'url' | 'host' | 'kept';
+  /** How this stage encodes the activations it sends on to the next one. */
+  wire?: WireOptions;
   transferredBytes?: number;
   loadMs?: number;
 }
@@ -132,7 +138,7 @@ export interface SessionHostEvents {
   error: [err: KiwiError];
 }
 
-const CHUNK_BYTES = 32 * 1024;
+const CHUNK_BYTES = 256 * 1024;
 const WINDOW_BYTES = 4 * 1024 * 1024;
 
 interface MemberTransfer {
@@ -457,17 +463,25 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
 
     this.phase = this.ring === undefined ? 'loading' : this.phase;
     const { file, shape, fingerprint } = model;
-    const wire = this.opts.wire ?? { encoding: 'f32', zstd: false };
+    // Each stage's outgoing link gets its own encoding, from that link's kind and measured RTT.
+    const links = this.session.status().links;
+    const frame = { hidden: shape.hidden, decodeBatch: 1, prefillTokens: 128 };
+    const wireOut = (i: number): WireOptions => {
+      if (this.opts.wirePolicy === undefined) return this.opts.wire ?? { encoding: 'f32', zstd: false };
+      const [a, b] = [order[i]!.peer, order[(i + 1) % order.length]!.peer];
+      const l = links.find((x) => (x.a === a && x.b === b) || (x.a === b && x.b === a));
+      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs }, frame, this.opts.wirePolicy);
+    };
     const hostRange = order[0]!;
     const hostName = this.opts.hostName ?? 'host';
     const stages = new Map<number, StageStatus>();
     const memberPeers = new Map<string, number>();
-    stages.set(0, { peer: 0, name: hostName, start: hostRange.start, end: hostRange.end, head: true, state: 'loading' });
+    stages.set(0, { peer: 0, name: hostName, start: hostRange.start, end: hostRange.end, head: true, state: 'loading', wire: wireOut(0) });
     for (const [i, s] of order.entries()) {
       if (i === 0) continue;
       const m = memberByPeer.get(s.peer)!;
       memberPeers.set(m.memberId, s.peer);
-      stages.set(s.peer, { peer: s.peer, name: m.name, start: s.start, end: s.end, head: false, state: 'assigned' });
+      stages.set(s.peer, { peer: s.peer, name: m.name, start: s.start, end: s.end, head: false, state: 'assigned', wire: wireOut(i) });
     }
     this.stages = stages;
     this.memberPeers = memberPeers;
@@ -477,7 +491,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       const assign: Assign = {
         kind: 'assign', epoch, start: s.start, end: s.end,
         prev: order[i - 1]!.peer, next: order[(i + 1) % order.length]!.peer,
-        encoding: wire.encoding, zstd: wire.zstd,
+        ...stages.get(s.peer)!.wire!,
         model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize, ...(this.opts.modelUrl !== undefined ? { url: this.opts.modelUrl } : {}) },
         maxPositions: shape.maxPositions,
       };
@@ -513,7 +527,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     }
     if (old !== undefined && old !== first) await old.dispose();
     const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
-      epoch, first, head: this.head, firstPeer: order[1]!.peer, lastPeer: order[order.length - 1]!.peer, wire,
+      epoch, first, head: this.head, firstPeer: order[1]!.peer, lastPeer: order[order.length - 1]!.peer, wire: hostStage.wire!,
       onBroken: (err) => this.requestReplan(err.message, true),
     });
     return { epoch, order, memberIds, first, engine };
@@ -742,7 +756,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
           const n = Math.min(CHUNK_BYTES, s.bytes - at);
           const buf = Buffer.allocUnsafe(n);
           await fh.read(buf, 0, n, s.offset + at);
-          this.sendTo(memberId, { kind: 'weights-chunk', offset: s.offset + at, data: buf.toString('base64') });
+          if (!this.session.sendPipelineBytes(memberId, encodeWeightsChunk(s.offset + at, buf))) return;
           sent += n;
         }
       }

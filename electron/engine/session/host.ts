@@ -15,7 +15,7 @@ import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import { activeMembers, apply, initialMembership, type MemberRecord, type MembershipChange, type MembershipEvent, type MembershipState } from './membership.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, formatSessionCode, generateSessionCode } from './session-code.js';
-import { decodeControl, encodeControl, fromB64, MemberToHost, PakeBody, parseBody, toB64, type HostToMember, type RosterEntry } from './session-messages.js';
+import { BINARY_CONTROL, decodeControl, encodeControl, fromB64, MemberToHost, PakeBody, parseBody, toB64, type HostToMember, type RosterEntry } from './session-messages.js';
 import { passwordScalar, spake2Start, type Spake2Pending, type Spake2Result } from './spake2.js';
 
 export const PAKE_ID_MEMBER = new TextEncoder().encode('kiwi member');
@@ -147,6 +147,20 @@ export class HostSession extends EventEmitter<HostEvents> {
     for (const conn of this.controls.values()) {
       if (conn.memberId === memberId && !conn.link.closed) {
         this.sendControl(conn, { type: 'pipeline', body });
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Sends binary pipeline data (weights) to a connected member; false when it is not connected now. */
+  sendPipelineBytes(memberId: string, bytes: Uint8Array): boolean {
+    for (const conn of this.controls.values()) {
+      if (conn.memberId === memberId && !conn.link.closed) {
+        const msg = new Uint8Array(1 + bytes.length);
+        msg[0] = BINARY_CONTROL;
+        msg.set(bytes, 1);
+        conn.link.send(msg);
         return true;
       }
     }

@@ -12,7 +12,7 @@ import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import type { Capabilities } from './membership.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, parseSessionCode } from './session-code.js';
-import { decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost, type RosterEntry } from './session-messages.js';
+import { BINARY_CONTROL, decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost, type RosterEntry } from './session-messages.js';
 import { passwordScalar, spake2Start } from './spake2.js';
 
 export interface JoinOptions {
@@ -47,6 +47,8 @@ export interface MemberEvents {
   roster: [members: readonly RosterEntry[]];
   /** A pipeline message from the host (engine/pipeline validates the body). */
   pipeline: [body: Record<string, unknown>];
+  /** Binary pipeline data from the host (weights; engine/pipeline parses it). */
+  'pipeline-bytes': [bytes: Uint8Array];
   /** A fatal error: the member stopped. */
   fatal: [error: KiwiError];
   warning: [error: KiwiError];
@@ -174,6 +176,10 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     const welcome = new Promise<'pending' | 'active'>((resolve, reject) => {
       const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not greet this member in time.')), timeoutMs);
       control.onMessage((bytes) => {
+        if (bytes[0] === BINARY_CONTROL) {
+          this.emit('pipeline-bytes', bytes.slice(1));
+          return;
+        }
         let msg: HostToMember;
         try {
           msg = decodeControl(HostToMember, bytes);

@@ -63,6 +63,12 @@ export type HostToMember = z.infer<typeof HostToMember>;
 
 const MAX_CONTROL_BYTES = 64 * 1024;
 
+/**
+ * A control message that starts with this byte is binary pipeline data (weights), passed to
+ * engine/pipeline as bytes; JSON messages start with '{'. Binary avoids base64 for bulk bytes.
+ */
+export const BINARY_CONTROL = 0x00;
+
 export function decodeControl<T>(schema: z.ZodType<T>, bytes: Uint8Array): T {
   if (bytes.length > MAX_CONTROL_BYTES) throw new KiwiError('CONTROL_TOO_LARGE', `A control message of ${bytes.length} bytes exceeds ${MAX_CONTROL_BYTES}.`);
   let json: unknown;
