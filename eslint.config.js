@@ -46,17 +46,20 @@ export default tseslint.config(
       }],
     },
   },
-  // The engine's own layers (ARCHITECTURE.md): server, pipeline → planner, runtime, session,
-  // transport, rendezvous → model, device. A lower layer never imports a higher one.
+  // The engine's own layers (ARCHITECTURE.md): hosting (composition: the ring served and shown)
+  // → pipeline → server (HTTP, the backend interface the ring implements) → planner, runtime,
+  // session, transport, rendezvous → model, device. A lower layer never imports a higher one.
   ...engineLayers([
-    { dirs: ['model', 'device'], mayNotImport: ['runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server'] },
-    { dirs: ['runtime', 'planner', 'session', 'transport', 'rendezvous'], mayNotImport: ['pipeline', 'server'] },
-    { dirs: ['pipeline', 'server', 'test-support'], mayNotImport: [] },
+    { dirs: ['model', 'device'], mayNotImport: ['runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['runtime', 'planner', 'session', 'transport', 'rendezvous'], mayNotImport: ['pipeline', 'server', 'hosting'] },
+    { dirs: ['server'], mayNotImport: ['pipeline', 'hosting'] },
+    { dirs: ['pipeline'], mayNotImport: ['hosting'] },
+    { dirs: ['hosting', 'test-support'], mayNotImport: [] },
   ]),
   {
     // Files directly under electron/engine/ (errors.ts, paths.ts) are the bottom of the engine.
     files: ['electron/engine/*.ts'],
-    rules: { 'no-restricted-imports': ['error', engineImportRule(['model', 'device', 'runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server'])] },
+    rules: { 'no-restricted-imports': ['error', engineImportRule(['model', 'device', 'runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server', 'hosting'])] },
   },
   {
     // common/ is shared by the engine and the renderer (VS Code's common layer): it imports neither.

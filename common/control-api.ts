@@ -57,6 +57,8 @@ export const MemberWire = z.object({
   state: MemberStateWire,
   connected: z.boolean(),
   addresses: z.array(z.string()),
+  /** Holds layers of the current ring (its plan's stages). */
+  in_ring: z.boolean(),
   /** From the member's device benchmark, when it reported one. */
   memory_bytes: z.number().nullable(),
   bandwidth_gbps: z.number().nullable(),
@@ -72,6 +74,9 @@ export const LinkWire = z.object({
 });
 export type LinkWire = z.infer<typeof LinkWire>;
 
+/** A stage's loading state; `kept`: the member kept its layers through a re-plan. null: planned, not assigned yet. */
+export const StageStateWire = z.enum(['assigned', 'loading', 'ready', 'failed', 'kept']);
+
 /** One stage of the plan: a peer holds layers [start, end) (half-open); `head` holds embedding and output. */
 export const StageWire = z.object({
   peer: z.number().int(),
@@ -81,6 +86,7 @@ export const StageWire = z.object({
   head: z.boolean(),
   /** Predicted or measured time of this stage per token. */
   stage_ms: z.number().nullable(),
+  state: StageStateWire.nullable(),
 });
 export type StageWire = z.infer<typeof StageWire>;
 
@@ -103,6 +109,61 @@ export const AssignmentWire = z.object({
   stage_ms: z.number().nullable(),
 });
 
+/** One finished re-plan of the ring after a member dropped (or returned). */
+export const RecoveryWire = z.object({
+  /** The ring generation it produced. */
+  epoch: z.number().int(),
+  reason: z.string(),
+  /** Epoch ms. */
+  started_at: z.number(),
+  duration_ms: z.number(),
+  /** Weight bytes members had to fetch for their new layers. */
+  bytes_moved: z.number(),
+  /** Requests in flight that were recomputed and went on. */
+  resumed_requests: z.number().int(),
+});
+export type RecoveryWire = z.infer<typeof RecoveryWire>;
+
+/** The host's ring: its phase, generation, a re-plan in progress and the past ones. */
+export const RingStateWire = z.object({
+  phase: z.enum(['gathering', 'planning', 'loading', 'serving', 'recovering', 'waiting', 'failed', 'closed']),
+  /** Ring generation: 1 for the first plan, +1 per re-plan (0 before the first). */
+  epoch: z.number().int(),
+  /** The re-plan in progress (phase 'recovering'). */
+  recovery: z.object({ reason: z.string(), started_at: z.number() }).nullable(),
+  /** Phase 'waiting': the remaining members cannot hold the model; requests wait until this time (epoch ms). */
+  waiting_until: z.number().nullable(),
+  /** Past re-plans, newest last (at most 16). */
+  recoveries: z.array(RecoveryWire).max(16),
+});
+export type RingStateWire = z.infer<typeof RingStateWire>;
+
+/** Tokens flowing around the ring, from measured steps. */
+export const FlowWire = z.object({
+  /** The ring (host) or this member's stage computed tokens within the last sampling interval. */
+  active: z.boolean(),
+  /** Measured tokens per second of one request (null: not measured yet). */
+  tokens_per_s: z.number().nullable(),
+});
+export type FlowWire = z.infer<typeof FlowWire>;
+
+/** A model being downloaded into the cache before hosting it. */
+export const DownloadWire = z.object({
+  url: z.string(),
+  /** The file's name in the cache (the served model's name). */
+  file: z.string(),
+  state: z.enum(['downloading', 'failed', 'cancelled']),
+  received_bytes: z.number(),
+  /** null: the server did not say. */
+  total_bytes: z.number().nullable(),
+  /** Recent speed (null until measured). */
+  bytes_per_s: z.number().nullable(),
+  /** Went on from a partial download of an earlier attempt. */
+  resumed: z.boolean(),
+  error: ErrorBody.shape.error.nullable(),
+});
+export type DownloadWire = z.infer<typeof DownloadWire>;
+
 export const SessionStatus = z.object({
   role: z.enum(['none', 'host', 'member']),
   /** Member only: the phase of this machine's membership. */
@@ -121,6 +182,11 @@ export const SessionStatus = z.object({
   /** Why the session has no plan (for example a member short of memory). */
   plan_error: ErrorBody.shape.error.nullable(),
   assignment: AssignmentWire.nullable(),
+  /** Host only: the ring's phase, generation and recoveries (null before a ring exists). */
+  ring_state: RingStateWire.nullable(),
+  flow: FlowWire.nullable(),
+  /** A model download before hosting (kept after a failure or cancel so it can be shown and resumed). */
+  download: DownloadWire.nullable(),
   /** The OpenAI-compatible API, when this machine serves one. */
   serving: z.object({ url: z.string(), model: z.string() }).nullable(),
   /** The last error that ended or refused an action. */
@@ -130,10 +196,15 @@ export type SessionStatus = z.infer<typeof SessionStatus>;
 
 // ---- requests ------------------------------------------------------------------------------
 
+/**
+ * Host a model: `model` a local GGUF path, or `model_url` (http/https) to download it into the
+ * cache first; with both, the local file is served and members fetch their tensors from the URL.
+ */
 export const HostRequest = z.strictObject({
-  model: z.string().min(1).max(4096),
+  model: z.string().min(1).max(4096).optional(),
+  model_url: z.string().max(4096).regex(/^https?:\/\/[^\s]+$/, 'must be an http:// or https:// URL').optional(),
   auto_approve: z.boolean().optional(),
-});
+}).refine((r) => r.model !== undefined || r.model_url !== undefined, { message: 'give the model: a GGUF file path (model) or a URL to download (model_url)' });
 export type HostRequest = z.infer<typeof HostRequest>;
 
 export const JoinRequest = z.strictObject({

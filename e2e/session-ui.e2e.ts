@@ -10,6 +10,7 @@ import type { Browser, Page } from 'playwright-core';
 import { testModelPath } from '../electron/engine/model/test-models.js';
 import { kiwiEntry, ProcessSet, tsEntry, waitEvent, type Proc } from '../electron/engine/test-support/processes.js';
 import { launchChromium, shot } from './support/browser.js';
+import { unlabelled, untabbable } from './support/keyboard.js';
 
 const procs = new ProcessSet();
 let browser: Browser | undefined;
@@ -75,7 +76,7 @@ describe('the Kiwi UI against live headless sessions', () => {
 
   it('hosts a session over a local GGUF file and shows its code large and copyable', async () => {
     await hostPage.getByRole('tab', { name: 'Session' }).click();
-    await hostPage.getByLabel('Model file (GGUF)').fill(await testModelPath('stories260K.gguf'));
+    await hostPage.getByLabel('Model: GGUF file or download URL').fill(await testModelPath('stories260K.gguf'));
     await hostPage.getByRole('button', { name: 'Start hosting' }).click();
     code = (await hostPage.getByTestId('session-code').textContent({ timeout: 30_000 })) ?? '';
     expect(code).toMatch(/^\d+-[a-z]+-[a-z]+-[a-z]+$/);
@@ -178,7 +179,8 @@ describe('the Kiwi UI against live headless sessions', () => {
     bob?.child.kill('SIGKILL');
     const ring = hostPage.getByTestId('topology');
     await ring.locator('[data-testid="node-bob"][data-state="unreachable"]').waitFor({ timeout: 30_000 });
-    expect(await ring.getAttribute('aria-label')).toBe('Ring of 2: You (host) → alice; out of the ring: bob');
+    // Red in place at once, then beside the ring once the host re-planned without him.
+    await hostPage.waitForFunction(() => document.querySelector('[data-testid="topology"]')?.getAttribute('aria-label') === 'Ring of 2: You (host) → alice; out of the ring: bob', undefined, { timeout: 60_000 });
     await hostPage.waitForFunction(() => {
       const labels = [...document.querySelectorAll('[data-testid^="link-"] text')].map((t) => t.textContent ?? '');
       return labels.length === 1 && /^(direct|relayed) · [\d.]+ ms$/.test(labels[0] ?? '');
@@ -204,25 +206,10 @@ describe('the Kiwi UI against live headless sessions', () => {
     await hostPage.keyboard.press('Enter');
     expect(await hostPage.evaluate(() => document.activeElement?.textContent)).toBe('Session');
     // ...and Tab visits every other enabled control of each screen.
-    for (const [page, tab] of [[hostPage, 'Session'], [hostPage, 'Chat'], [alicePage, 'Session']] as const) {
+    for (const [page, tab] of [[hostPage, 'Session'], [hostPage, 'Ring'], [hostPage, 'Chat'], [alicePage, 'Session']] as const) {
       await page.getByRole('tab', { name: tab }).click();
-      const missed = await page.evaluate(async () => {
-        const controls = [...document.querySelectorAll<HTMLElement>('button, input, textarea, select, a[href]')]
-          .filter((el) => !(el as HTMLButtonElement).disabled && el.getAttribute('tabindex') !== '-1' && el.offsetParent !== null);
-        return controls.map((el) => el.getAttribute('aria-label') ?? el.textContent ?? el.id);
-      });
-      const visited = new Set<string>();
-      await page.locator('body').focus();
-      for (let i = 0; i < missed.length + 6; i++) {
-        await page.keyboard.press('Tab');
-        visited.add(await page.evaluate(() => {
-          const el = document.activeElement as HTMLElement | null;
-          return el?.getAttribute('aria-label') ?? el?.textContent ?? el?.id ?? '';
-        }));
-      }
-      expect(missed.filter((name) => !visited.has(name)), `${tab} controls Tab never reached`).toEqual([]);
-      const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, textarea, select')].filter((el) => (el as HTMLInputElement).labels?.length === 0 && !el.getAttribute('aria-label')).length);
-      expect(unlabelled).toBe(0);
+      expect(await untabbable(page), `${tab} controls Tab never reached`).toEqual([]);
+      expect(await unlabelled(page)).toBe(0);
     }
   });
 

@@ -40,6 +40,21 @@ describe('layering lint', () => {
     expect(await lint("import { Stage } from '../runtime/stage.js';\nexport const a = Stage;\n", 'electron/engine/pipeline/x.ts')).toEqual([]);
   });
 
+  it('keeps server/ below pipeline/ and both below the hosting composition', async () => {
+    expect(await lint("import { SessionHost } from '../pipeline/session-host.js';\nexport const a = SessionHost;\n", 'electron/engine/server/x.ts')).toEqual([
+      expect.stringMatching(/lower engine layer does not import a higher one \(pipeline, hosting\)/),
+    ]);
+    expect(await lint("import { ringHosting } from '../hosting/ring-control.js';\nexport const a = ringHosting;\n", 'electron/engine/server/x.ts')).toEqual([
+      expect.stringMatching(/lower engine layer/),
+    ]);
+    expect(await lint("import { ringHosting } from '../hosting/ring-control.js';\nexport const a = ringHosting;\n", 'electron/engine/pipeline/x.ts')).toEqual([
+      expect.stringMatching(/lower engine layer/),
+    ]);
+    // The ring implements the server's backend interface; the composition imports both.
+    expect(await lint("import type { CompletionBackend } from '../server/completion-backend.js';\nexport type A = CompletionBackend;\n", 'electron/engine/pipeline/x.ts')).toEqual([]);
+    expect(await lint("import { SessionHost } from '../pipeline/session-host.js';\nimport { SessionControl } from '../server/control-api-source.js';\nexport const a = [SessionHost, SessionControl];\n", 'electron/engine/hosting/x.ts')).toEqual([]);
+  });
+
   it('refuses an electron import in main-process files other than the shell files', async () => {
     expect(await lint("import { app } from 'electron';\nexport const a = app;\n", 'electron/cli.ts')).toEqual([
       expect.stringMatching(/no-restricted-imports: .*Only electron\/main.ts/),

@@ -10,7 +10,8 @@ import { kiwiCacheDir } from './engine/paths.js';
 import { ShardCache } from './engine/runtime/shard-cache.js';
 import { startControlApi, type ControlApi } from './engine/server/control-api.js';
 import { SessionControl } from './engine/server/control-api-source.js';
-import { memberRing, ringHosting } from './engine/server/ring-control.js';
+import { modelFetcher } from './engine/hosting/model-fetch.js';
+import { memberRing, ringHosting } from './engine/hosting/ring-control.js';
 import { IPC_CHANNELS, isIpcChannel, type ControlApiAddress, type IpcInvokeMap } from './ipc-channels.js';
 import { setupTray, type KiwiTray } from './tray.js';
 import { setupWindow, type WindowBounds } from './window.js';
@@ -79,6 +80,8 @@ async function startEngine(): Promise<void> {
       ring: { maxPositions: 4096, cache: new ShardCache(join(kiwiCacheDir(), 'shards')) },
       onError: (err) => console.error('kiwi: the ring failed:', err.message),
     }),
+    // A model given by URL lands in the cache first (resumable), as with `kiwi host --model-url`.
+    fetchModel: modelFetcher(),
     memberRing: memberRing({
       weightsDir: join(kiwiCacheDir(), 'weights'),
       cache: new ShardCache(join(kiwiCacheDir(), 'shards')),

@@ -4,7 +4,7 @@ import { drawBadge, trayState } from './tray-state.js';
 
 const idle: SessionStatus = {
   role: 'none', phase: 'idle', paused: false, code: null, rendezvous: null, self_peer: null, model: null,
-  members: [], ring: [], links: [], plan: null, plan_error: null, assignment: null, serving: null, error: null,
+  members: [], ring: [], links: [], plan: null, plan_error: null, assignment: null, serving: null, error: null, ring_state: null, flow: null, download: null,
 };
 
 describe('tray state', () => {

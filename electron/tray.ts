@@ -1,6 +1,6 @@
 // The tray icon: Kiwi lives here while the window is closed. Its badge and tooltip show the state
-// (idle / in a session / serving / error); the menu opens the window, copies the session code,
-// pauses contributing (members) and quits.
+// (idle / in a session / serving / error, and a re-plan or model download under way); the menu
+// opens the window, copies the session code, pauses contributing (members) and quits.
 import { Menu, Tray, app, clipboard, nativeImage, type NativeImage } from 'electron';
 import { fileURLToPath } from 'node:url';
 import type { SessionStatus } from '../common/control-api.js';
@@ -29,6 +29,16 @@ function badged(base: NativeImage, state: TrayState): NativeImage {
   return nativeImage.createFromBitmap(Buffer.from(drawBadge(base.toBitmap(), width, height, state)), { width, height });
 }
 
+/** What the engine is busy with beyond the tray state: a re-plan, a wait for members, a download. */
+function activity(status: SessionStatus): string | null {
+  const phase = status.ring_state?.phase;
+  if (phase === 'recovering') return 're-forming the ring';
+  if (phase === 'waiting') return 'waiting for a member to return';
+  const d = status.download;
+  if (d?.state === 'downloading') return `downloading the model${d.total_bytes !== null && d.total_bytes > 0 ? ` ${Math.floor((d.received_bytes / d.total_bytes) * 100)}%` : ''}`;
+  return null;
+}
+
 export function setupTray(actions: TrayActions): KiwiTray {
   const base = baseIcon();
   const icons = new Map<TrayState, NativeImage>((['idle', 'session', 'serving', 'error'] as const).map((s) => [s, badged(base, s)]));
@@ -42,7 +52,7 @@ export function setupTray(actions: TrayActions): KiwiTray {
       tray.setImage(icons.get(state) ?? base);
       last = state;
     }
-    tray.setToolTip(status.code !== null ? `${TRAY_TOOLTIPS[state]} · ${status.code}` : TRAY_TOOLTIPS[state]);
+    tray.setToolTip([TRAY_TOOLTIPS[state], status.code, activity(status)].filter((x) => x !== null).join(' · '));
     const code = status.code;
     tray.setContextMenu(
       Menu.buildFromTemplate([

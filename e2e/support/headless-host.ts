@@ -10,7 +10,8 @@ import { parseArgs } from 'node:util';
 import { runDeviceBench } from '../../electron/engine/device/device-bench.js';
 import { startControlApi } from '../../electron/engine/server/control-api.js';
 import { SessionControl } from '../../electron/engine/server/control-api-source.js';
-import { memberRing, ringHosting } from '../../electron/engine/server/ring-control.js';
+import { modelFetcher } from '../../electron/engine/hosting/model-fetch.js';
+import { memberRing, ringHosting } from '../../electron/engine/hosting/ring-control.js';
 
 const { values } = parseArgs({
   options: {
@@ -20,6 +21,8 @@ const { values } = parseArgs({
     'heartbeat-ms': { type: 'string', default: '400' },
     /** Hosting: plan the ring once this many members are active (else once they stop joining for 3 s). */
     expect: { type: 'string' },
+    /** Hosting: the memory (bytes) the planner counts for this machine and for members that report no device. */
+    'device-memory': { type: 'string' },
     /** Where the device benchmark caches; the caller removes it (a test kills this process with SIGKILL). */
     'bench-cache': { type: 'string' },
   },
@@ -31,9 +34,15 @@ const control = new SessionControl({
   startHosting: ringHosting({
     session: { softEvictMs: Number(values['soft-evict-ms']), hardEvictMs: 120_000, listenHost: '127.0.0.1' },
     api: { port: Number(values['api-port']) },
-    ring: { maxPositions: 256, ...(values.expect !== undefined ? { expect: Number(values.expect) } : {}) },
+    ring: {
+      maxPositions: 256,
+      ...(values.expect !== undefined ? { expect: Number(values.expect) } : {}),
+      ...(values['device-memory'] !== undefined ? { hostDevice: { memoryBytes: Number(values['device-memory']) } } : {}),
+    },
     onError: (err) => process.stderr.write(`headless host: the ring failed: ${err.message}\n`),
   }),
+  // Models given by URL land in $KIWI_CACHE_DIR's models/ (the test points it at a scratch folder).
+  fetchModel: modelFetcher(),
   memberRing: memberRing({ weightsDir: join(benchDir, 'weights'), onError: (err) => process.stderr.write(`headless member: ${err.message}\n`) }),
   runBench: (onProgress, signal) =>
     runDeviceBench({ cacheDir: benchDir, refresh: true, onProgress, signal, bandwidth: { threads: 1, bytesPerThread: 32 * 1024 * 1024, rounds: 8, passesPerRound: 1 } }),

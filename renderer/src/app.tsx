@@ -26,9 +26,12 @@ const MEMBER_HEADLINES: Record<SessionStatus['phase'], string> = {
 function headline(s: SessionStatus | undefined): { text: string; tone: string } {
   if (s === undefined) return { text: 'Connecting to Kiwi…', tone: 'idle' };
   if (s.role === 'host') {
-    const active = s.members.filter((m) => m.state === 'active').length;
-    return { text: `Hosting · ${active} member${active === 1 ? '' : 's'}${s.serving !== null ? ' · serving' : ''}`, tone: 'serving' };
+    const active = s.members.filter((m) => m.state === 'active' && m.connected).length;
+    const phase = s.ring_state?.phase;
+    const doing = phase === 'recovering' ? ' · recovering' : phase === 'waiting' ? ' · waiting for a member' : s.serving !== null ? ' · serving' : '';
+    return { text: `Hosting · ${active} member${active === 1 ? '' : 's'}${doing}`, tone: phase === 'recovering' || phase === 'waiting' ? 'warn' : 'serving' };
   }
+  if (s.role === 'none' && s.download?.state === 'downloading') return { text: 'Downloading the model…', tone: 'session' };
   if (s.role === 'member') return { text: MEMBER_HEADLINES[s.phase], tone: s.phase === 'ended' ? 'error' : 'session' };
   return { text: 'Not in a session', tone: 'idle' };
 }

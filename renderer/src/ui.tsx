@@ -15,6 +15,7 @@ export function formatBytes(bytes: number | null | undefined): string {
 
 export function formatMs(ms: number | null | undefined): string {
   if (ms === null || ms === undefined) return '—';
+  if (ms >= 1000) return `${(ms / 1000).toFixed(1)} s`;
   return ms < 10 ? `${ms.toFixed(2)} ms` : `${ms.toFixed(0)} ms`;
 }
 

@@ -262,7 +262,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       await this.serveFirstRing(signal);
     } catch (err) {
       if (!isKiwiError(err)) throw err;
-      this.phase = 'failed';
+      this.setPhase('failed');
       this.error = err;
       this.emit('error', err);
       throw err;
@@ -280,6 +280,11 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.ring = undefined;
     this.head = undefined;
     await this.session.close();
+  }
+
+  /** Every phase but `closed` is left behind by closing. */
+  private setPhase(phase: Exclude<Phase, 'closed'>): void {
+    if (this.phase !== 'closed') this.phase = phase;
   }
 
   private get closed(): boolean {
@@ -418,7 +423,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   }
 
   private async serveFirstRing(signal?: AbortSignal): Promise<void> {
-    this.phase = 'planning';
+    this.setPhase('planning');
     const file = await openGguf(this.opts.modelPath);
     const maxPositions = this.opts.maxPositions;
     const shape = await modelShapeFromGguf(file, maxPositions !== undefined ? { maxPositions } : {});
@@ -438,7 +443,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       onRingFault: (err) => this.requestReplan(err.message, true),
     });
     this.backend.attach({ file, tokenizer: createTokenizer(file.metadata), generator: this.generator, contextTokens: shape.maxPositions });
-    this.phase = 'serving';
+    this.setPhase('serving');
     this.emit('serving');
     // Members that joined, or ran short of memory, while the first ring formed are planned now.
     if (this.memoryLimits.size > 0 || this.eligibleMembers().some((m) => !ring.memberIds.includes(m.memberId))) this.scheduleRejoin('a member');
@@ -461,7 +466,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.session.setRingOrder(memberIds);
     await this.linksUp(members, signal);
 
-    this.phase = this.ring === undefined ? 'loading' : this.phase;
+    if (this.ring === undefined) this.setPhase('loading');
     const { file, shape, fingerprint } = model;
     // Each stage's outgoing link gets its own encoding, from that link's kind and measured RTT.
     const links = this.session.status().links;
@@ -565,7 +570,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         this.replanReason = undefined;
         break;
       }
-      this.phase = 'recovering';
+      this.setPhase('recovering');
       this.recovery = { reason, startedAt };
       this.emit('recovering', reason);
       await generator.hold();
@@ -574,6 +579,11 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.replanReason = undefined;
       const ring = await this.nextRing(model, reason, startedAt);
       if (ring === undefined) return; // closed
+      if (this.closed) {
+        ring.engine.retire(new KiwiError('SESSION_ENDED', 'The host is closing.'));
+        if (ring.first !== this.ring?.first) await ring.first?.dispose();
+        return;
+      }
       this.ring = ring;
       const resumedRequests = generator.resume(ring.engine, { maxInFlight: this.opts.maxInFlight ?? ring.order.length });
       const bytesMoved = [...this.stages.values()].reduce((n, s) => n + (s.source === 'host' || s.source === 'url' ? (s.transferredBytes ?? 0) : 0), 0);
@@ -583,9 +593,9 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.recovery = undefined;
       this.waitingUntil = undefined;
       this.failedLoads.clear();
-      this.phase = 'serving';
+      this.setPhase('serving');
       this.error = undefined;
-      this.releaseLeavers(ring);
+      this.releaseLeavers(ring.memberIds);
       this.emit('recovered', record);
     }
   }
@@ -626,7 +636,9 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
           await sleep(FAULT_GRACE_MS);
           continue;
         }
-        this.phase = 'waiting';
+        this.setPhase('waiting');
+        // Members that asked to leave need not wait for a ring that may never come.
+        this.releaseLeavers([]);
         this.error = new KiwiError('RING_UNAVAILABLE', `The members left cannot hold the model (${err.message}) after ${reason}; waiting for a member to return or join.`);
         this.waitingUntil = failedWaiting ? undefined : deadline;
         this.emit('waiting', this.error.message);
@@ -641,15 +653,16 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         }
         // Let a returning member settle (its links, its capabilities) before planning.
         await sleep(this.opts.rejoinDelayMs ?? 1000);
-        this.phase = 'recovering';
+        if (this.closed) return undefined;
+        this.setPhase('recovering');
       }
     }
   }
 
-  /** Members that asked to leave and are out of the ring now may go. */
-  private releaseLeavers(ring: Ring): void {
+  /** Members that asked to leave and are not among `inRing` may go. */
+  private releaseLeavers(inRing: readonly string[]): void {
     for (const id of [...this.leaving]) {
-      if (ring.memberIds.includes(id)) continue;
+      if (inRing.includes(id)) continue;
       this.leaving.delete(id);
       this.session.sendPipeline(id, { kind: 'released' });
     }

@@ -3,10 +3,13 @@
 // layer. It adapts a HostSession (createHost) or a MemberSession (joinSession) into the wire
 // snapshots of common/control-api.ts and announces every change; at most one session at a time.
 // The ring plugs its plan, assignment and timing in through `HostedSession.plan`/`watch` and
-// `SessionControlOptions.memberRing` (engine/server/ring-control.ts) without this file knowing how it runs.
+// `SessionControlOptions.memberRing` (engine/hosting/ring-control.ts) without this file knowing how it runs;
+// a model given by URL is downloaded first through `SessionControlOptions.fetchModel` (hosting/model-fetch.ts).
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import type { ControlEvent, DeviceCard, DeviceSummary, HostRequest, JoinRequest, LinkWire, MemberWire, PlanWire, SessionStatus } from '../../../common/control-api.js';
+import type {
+  ControlEvent, DeviceCard, DeviceSummary, DownloadWire, FlowWire, HostRequest, JoinRequest, LinkWire, MemberStateWire, MemberWire, PlanWire, RingStateWire, SessionStatus,
+} from '../../../common/control-api.js';
 import type { DeviceBenchJson } from '../device/device-bench.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import type { HostSession } from '../session/host.js';
@@ -20,7 +23,10 @@ export interface ControlSource {
   device(): DeviceCard;
   /** Starts the device benchmark (no-op while one runs); progress arrives as events. */
   bench(refresh: boolean): void;
+  /** Hosts a local file at once, or starts downloading `model_url` and hosts it once downloaded. */
   host(req: HostRequest): Promise<void>;
+  /** Stops a running model download (its partial file stays for a later resume). */
+  cancelDownload(): void;
   join(req: JoinRequest): Promise<void>;
   leave(): Promise<void>;
   pause(paused: boolean): Promise<void>;
@@ -39,23 +45,51 @@ export interface HostedSession {
   serving: { url: string; model: string } | null;
   /** The ring's plan, or why there is none; absent until the pipeline provides it. */
   plan?: () => { plan: PlanWire | null; error: WireError | null };
+  /** The ring's phase, generation and recoveries; absent until the pipeline provides it. */
+  ringState?: () => RingStateWire | null;
+  /** Whether tokens flow around the ring now, and how fast. */
+  flow?: () => FlowWire | null;
   /** Calls the listener whenever the plan or serving state changes (the ring forming, loading, failing). */
   watch?: (listener: () => void) => void;
   close(): Promise<void>;
 }
 
-/** A member's part of the ring (engine/server/ring-control.ts: memberRing), run while joined. */
+/** A member's part of the ring (engine/hosting/ring-control.ts: memberRing), run while joined. */
 export interface MemberRing {
   assignment(): SessionStatus['assignment'];
+  /** Whether this member's stage computes tokens now. */
+  flow(): FlowWire | null;
+  /** Asks the host to re-plan without this member; resolves once released (or after a timeout). */
+  handBack(): Promise<void>;
   close(): Promise<void>;
 }
 
-export type StartHosting = (req: HostRequest) => Promise<HostedSession>;
+/** What hosting starts from: a local model file (downloaded already when it came from `model_url`). */
+export type HostingRequest = Omit<HostRequest, 'model'> & { model: string };
+export type StartHosting = (req: HostingRequest) => Promise<HostedSession>;
+
+export interface ModelFetchProgress {
+  receivedBytes: number;
+  totalBytes: number | undefined;
+  /** Recent speed; undefined until measured. */
+  bytesPerSecond: number | undefined;
+  resumed: boolean;
+}
+
+/** Downloads models given by URL into the cache (engine/hosting/model-fetch.ts). */
+export interface ModelFetcher {
+  /** The cached file's name for `url` (refuses a URL it cannot use). */
+  fileName(url: string): string;
+  /** The cached file's path, downloaded (or resumed) first unless complete already. */
+  fetch(url: string, onProgress: (p: ModelFetchProgress) => void, signal: AbortSignal): Promise<string>;
+}
 export type RunBench = (onProgress: (message: string) => void, signal: AbortSignal) => Promise<DeviceBenchJson>;
 
 export interface SessionControlOptions {
   /** How this machine hosts (createHost + serving); without it hosting is refused. */
   startHosting?: StartHosting;
+  /** How a model given by URL reaches the cache; without it only local files can be hosted. */
+  fetchModel?: ModelFetcher;
   runBench?: RunBench;
   /** Defaults for joining: name, direct-link listener, heartbeat. */
   join?: Partial<Pick<JoinOptions, 'listenHost' | 'heartbeatMs' | 'reconnectDelayMs'>> & { name?: string };
@@ -87,6 +121,8 @@ export class SessionControl implements ControlSource {
   private deviceCard: DeviceCard = IDLE_DEVICE;
   private benchResult: DeviceBenchJson | undefined;
   private benchAbort: AbortController | undefined;
+  private download: DownloadWire | null = null;
+  private downloadAbort: AbortController | undefined;
   private statusTimer: NodeJS.Timeout | undefined;
   private busy = false;
   private closed = false;
@@ -127,7 +163,8 @@ export class SessionControl implements ControlSource {
   status(): SessionStatus {
     const base: SessionStatus = {
       role: 'none', phase: 'idle', paused: false, code: null, rendezvous: null, self_peer: null, model: null,
-      members: [], ring: [], links: [], plan: null, plan_error: null, assignment: null, serving: null, error: this.lastError,
+      members: [], ring: [], links: [], plan: null, plan_error: null, assignment: null, ring_state: null, flow: null, download: this.download,
+      serving: null, error: this.lastError,
     };
     if (this.hosted !== undefined) {
       const s = this.hosted.session.status();
@@ -135,12 +172,13 @@ export class SessionControl implements ControlSource {
       return {
         ...base, role: 'host', phase: 'active', code: s.code, rendezvous: s.rendezvousUrl, self_peer: 0, model: this.hosted.model,
         members: s.members.map((m): MemberWire => ({
-          member_id: m.memberId, name: m.name, peer: m.peer, state: m.state, connected: m.connected, addresses: [...m.addresses],
+          member_id: m.memberId, name: m.name, peer: m.peer, state: m.state, connected: m.connected, in_ring: s.ring.includes(m.peer), addresses: [...m.addresses],
           ...capabilityFigures(m.capabilities),
         })),
         ring: s.ring,
         links: s.links.map((l): LinkWire => ({ a: l.a, b: l.b, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
         plan: plan.plan, plan_error: plan.error, serving: this.hosted.serving,
+        ring_state: this.hosted.ringState?.() ?? null, flow: this.hosted.flow?.() ?? null,
       };
     }
     if (this.joined !== undefined) {
@@ -148,8 +186,11 @@ export class SessionControl implements ControlSource {
       const self = j.member?.peer ?? null;
       return {
         ...base, role: 'member', phase: j.phase, paused: j.phase === 'paused', code: j.req.code, rendezvous: j.req.rendezvous === '' ? null : j.req.rendezvous, self_peer: self,
+        // The host's roster names everyone, so the member's ring shows names, not peer numbers.
+        members: (j.member?.roster() ?? []).map((r) => rosterMember(r)),
         links: self === null ? [] : (j.member?.linkStatuses() ?? []).map((l): LinkWire => ({ a: self, b: l.peer, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
         assignment: j.phase === 'active' ? (this.opts.assignment?.() ?? j.ring?.assignment() ?? null) : null,
+        flow: j.phase === 'active' ? (j.ring?.flow() ?? null) : null,
       };
     }
     return base;
@@ -178,22 +219,87 @@ export class SessionControl implements ControlSource {
   async host(req: HostRequest): Promise<void> {
     const start = this.opts.startHosting;
     if (start === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'This Kiwi cannot host (it was started without a way to serve a model).');
-    await this.exclusive(async () => {
-      let hosted: HostedSession;
+    if (this.downloadAbort !== undefined) throw new KiwiError('CONTROL_BUSY', 'A model is downloading; cancel it first.');
+    const { model, model_url: url } = req;
+    if (model === undefined) {
+      if (url === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'Give the model: a GGUF file path or a URL to download.');
+      this.startDownload({ ...req, model_url: url }, start);
+      return;
+    }
+    await this.exclusive(() => this.startHost(start, { ...req, model }));
+  }
+
+  cancelDownload(): void {
+    if (this.downloadAbort === undefined) throw new KiwiError('CONTROL_NOT_FOUND', 'No model download is running.');
+    this.downloadAbort.abort();
+  }
+
+  private async startHost(start: StartHosting, req: HostingRequest): Promise<void> {
+    if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
+    let hosted: HostedSession;
+    try {
+      hosted = await start(req);
+    } catch (err) {
+      this.fail(err);
+      throw err;
+    }
+    this.attachHost(hosted);
+  }
+
+  /**
+   * Downloads the model into the cache (progress in status().download), then hosts it, telling
+   * members its URL. Answers at once: the download runs on, and a cancel stops it.
+   */
+  private startDownload(req: HostRequest & { model_url: string }, start: StartHosting): void {
+    const fetcher = this.opts.fetchModel;
+    if (fetcher === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'This Kiwi cannot download models; give the path of a GGUF file.');
+    if (this.busy || this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
+    const url = req.model_url;
+    const file = fetcher.fileName(url);
+    const abort = new AbortController();
+    this.downloadAbort = abort;
+    this.lastError = null;
+    this.download = { url, file, state: 'downloading', received_bytes: 0, total_bytes: null, bytes_per_s: null, resumed: false, error: null };
+    this.changed();
+    const current = (): boolean => this.downloadAbort === abort;
+    void (async () => {
+      let path: string;
       try {
-        hosted = await start(req);
+        path = await fetcher.fetch(url, (p) => {
+          if (!current() || this.download === null) return;
+          this.download = { ...this.download, received_bytes: p.receivedBytes, total_bytes: p.totalBytes ?? null, bytes_per_s: p.bytesPerSecond ?? null, resumed: p.resumed };
+          this.changed();
+        }, abort.signal);
       } catch (err) {
-        this.fail(err);
-        throw err;
+        if (!current()) return;
+        this.downloadAbort = undefined;
+        if (abort.signal.aborted) {
+          this.download = this.download && { ...this.download, state: 'cancelled', bytes_per_s: null };
+        } else {
+          // Anything but a KiwiError is still shown rather than lost.
+          const e = isKiwiError(err) ? { code: err.code, message: err.message } : { code: 'DOWNLOAD_FAILED', message: `The download failed: ${(err as Error)?.message ?? String(err)}` };
+          this.download = this.download && { ...this.download, state: 'failed', bytes_per_s: null, error: e };
+        }
+        this.changed();
+        return;
       }
-      this.attachHost(hosted);
-    });
+      if (!current()) return;
+      this.downloadAbort = undefined;
+      this.download = null;
+      const { model_url: _url, model: _model, ...rest } = req;
+      // A failure is in status() as the last error (startHost records it).
+      await this.exclusive(() => this.startHost(start, { ...rest, model: path, model_url: url })).catch((err: unknown) => {
+        if (!isKiwiError(err)) throw err;
+      });
+    })();
   }
 
   async join(req: JoinRequest): Promise<void> {
     await this.exclusive(async () => {
       if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
+      if (this.downloadAbort !== undefined) throw new KiwiError('CONTROL_BUSY', 'A model is downloading to host; cancel it first.');
       this.lastError = null;
+      this.download = null;
       const joined: Joined = { member: undefined, ring: undefined, req: { ...req, rendezvous: req.rendezvous ?? '' }, memberId: undefined, phase: 'connecting' };
       this.joined = joined;
       this.changed();
@@ -218,7 +324,13 @@ export class SessionControl implements ControlSource {
     this.hosted = undefined;
     this.joined = undefined;
     this.lastError = null;
+    this.downloadAbort?.abort();
+    this.downloadAbort = undefined;
+    this.download = null;
     if (hosted !== undefined) await hosted.close();
+    // The host re-plans without this member before it goes, so no request fails on its account
+    // (only a member in the ring has anything to hand back).
+    if (joined?.phase === 'active') await joined.ring?.handBack();
     if (joined?.member !== undefined) await joined.member.leave();
     await joined?.ring?.close();
     this.changed();
@@ -238,9 +350,12 @@ export class SessionControl implements ControlSource {
       if (paused) {
         const m = j.member;
         const ring = j.ring;
+        const inRing = j.phase === 'active';
         j.member = undefined;
         j.ring = undefined;
         j.phase = 'paused';
+        this.changed();
+        if (inRing) await ring?.handBack();
         await m?.leave();
         await ring?.close();
         this.changed();
@@ -306,6 +421,9 @@ export class SessionControl implements ControlSource {
       this.changed();
     });
     member.on('link', () => {
+      if (current()) this.changed();
+    });
+    member.on('roster', () => {
       if (current()) this.changed();
     });
     member.on('fatal', (err) => {
@@ -383,6 +501,17 @@ export function deviceSummary(r: DeviceBenchJson): DeviceSummary {
     provider_bandwidth: r.bandwidth.providers.map((p) => ({ provider: p.provider, gbps: p.gbps })),
     measured_at: r.measured_at,
     cached: r.cached,
+  };
+}
+
+const MEMBER_STATES: ReadonlySet<string> = new Set<MemberStateWire>(['pending', 'active', 'soft-evicted', 'evicted', 'left', 'rejected']);
+
+/** A roster entry (what the host tells members about each other) as the wire's member. */
+function rosterMember(r: { peer: number; name: string; state: string; inRing: boolean; connected?: boolean }): MemberWire {
+  const state = MEMBER_STATES.has(r.state) ? (r.state as MemberStateWire) : 'active';
+  return {
+    member_id: `peer-${r.peer}`, name: r.name, peer: r.peer, state, connected: r.connected ?? state === 'active', in_ring: r.inRing,
+    addresses: [], memory_bytes: null, bandwidth_gbps: null,
   };
 }
 

@@ -85,6 +85,10 @@ export function createControlApi(opts: { source: ControlSource; token: string; s
       await source.host(await readJson(req, HostRequest));
       json(res, 200, source.status());
     },
+    'POST /session/download/cancel': async (_req, res) => {
+      source.cancelDownload();
+      json(res, 200, source.status());
+    },
     'POST /session/join': async (req, res) => {
       await source.join(await readJson(req, JoinRequest));
       json(res, 200, source.status());

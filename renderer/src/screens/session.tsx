@@ -1,11 +1,13 @@
-// Hosting and joining: start a session over a local GGUF file or join one with a code; as the
-// host, the code large and copyable, joiners to approve and the plan (or why there is none); as a
-// member, the assigned layers, their loading, the stage's timing and a pause button.
+// Hosting and joining: start a session over a local GGUF file (or one downloaded from a URL, with
+// its progress, speed and a cancel) or join one with a code; as the host, the code large and
+// copyable, joiners to approve, the plan (or why there is none) and a banner while the ring
+// recovers; as a member, the assigned layers, their loading, the stage's timing and a pause button.
 import { useMutation, useQueryClient } from '@tanstack/react-query';
 import { useId, useState, type FormEvent, type ReactElement } from 'react';
-import type { SessionStatus } from '../../../common/control-api.js';
+import type { DownloadWire, SessionStatus } from '../../../common/control-api.js';
 import { api } from '../api.js';
 import { Card, CopyButton, ErrorBanner, formatBytes, formatMs, Progress } from '../ui.js';
+import { formatDuration, RingBanner } from './recovery.js';
 
 function useSessionAction<A extends unknown[]>(fn: (...args: A) => Promise<SessionStatus>) {
   const client = useQueryClient();
@@ -20,37 +22,87 @@ export function SessionScreen({ status }: { status: SessionStatus }): ReactEleme
       {/* Why the last session ended or the last attempt failed, until the next one starts. */}
       <ErrorBanner error={status.error} />
       <div className="two-col">
-        <HostForm shown={status.error?.message} />
+        <HostForm shown={status.error?.message} download={status.download} />
         <JoinForm shown={status.error?.message} />
       </div>
     </div>
   );
 }
 
+const isUrl = (text: string): boolean => /^https?:\/\//i.test(text.trim());
+
 /** `shown`: the message the status banner already shows, so a failure is not shown twice. */
-function HostForm({ shown }: { shown: string | undefined }): ReactElement {
+function HostForm({ shown, download }: { shown: string | undefined; download: DownloadWire | null }): ReactElement {
   const id = useId();
   const [model, setModel] = useState('');
   const [autoApprove, setAutoApprove] = useState(false);
   const host = useSessionAction(api.host);
+  const cancel = useSessionAction(api.cancelDownload);
+  const start = (text: string): void => host.mutate([isUrl(text) ? { url: text.trim() } : { path: text.trim() }, autoApprove]);
   const submit = (e: FormEvent): void => {
     e.preventDefault();
-    host.mutate([model.trim(), autoApprove]);
+    start(model);
   };
+  if (download?.state === 'downloading') {
+    return (
+      <Card title="Host a session">
+        <DownloadProgress download={download} />
+        <ErrorBanner error={cancel.error as { message: string } | null} />
+        <button type="button" className="danger" disabled={cancel.isPending} onClick={() => cancel.mutate([])}>Cancel download</button>
+      </Card>
+    );
+  }
   return (
     <Card title="Host a session">
-      <p className="lede">Choose the model. You get a code to read out to your friends; your machine serves the API.</p>
+      <p className="lede">Choose the model: a GGUF file on this computer, or its address to download it. You get a code to read out to your friends; your machine serves the API.</p>
+      {download !== null ? (
+        <div className="download-stopped" data-testid="download-stopped">
+          <DownloadProgress download={download} />
+          <button type="button" className="secondary" disabled={host.isPending} onClick={() => start(download.url)}>
+            {download.state === 'cancelled' ? 'Resume download' : 'Try the download again'}
+          </button>
+        </div>
+      ) : null}
       <form onSubmit={submit} className="form">
-        <label htmlFor={`${id}-model`}>Model file (GGUF)</label>
-        <input id={`${id}-model`} value={model} onChange={(e) => setModel(e.target.value)} placeholder="/home/you/models/llama-3-8b.Q4_K_M.gguf" required spellCheck={false} />
+        <label htmlFor={`${id}-model`}>Model: GGUF file or download URL</label>
+        <input
+          id={`${id}-model`} value={model} onChange={(e) => setModel(e.target.value)} required spellCheck={false}
+          placeholder="/home/you/models/llama-3-8b.Q4_K_M.gguf or https://…/model.gguf" aria-describedby={`${id}-model-hint`}
+        />
+        <span id={`${id}-model-hint`} className="muted small">A URL is downloaded into Kiwi's model cache once (resumable); members then fetch just their layers from it.</span>
         <label className="check">
           <input type="checkbox" checked={autoApprove} onChange={(e) => setAutoApprove(e.target.checked)} />
           Let in everyone who has the code (no approval)
         </label>
         <ErrorBanner error={host.error?.message === shown ? null : (host.error as { message: string } | null)} />
-        <button type="submit" disabled={host.isPending || model.trim() === ''}>{host.isPending ? 'Loading the model…' : 'Start hosting'}</button>
+        <button type="submit" disabled={host.isPending || model.trim() === ''}>
+          {host.isPending ? 'Loading the model…' : isUrl(model) ? 'Download and host' : 'Start hosting'}
+        </button>
       </form>
     </Card>
+  );
+}
+
+/** Bytes so far, total, speed and time left of a model download (or where it stopped and why). */
+function DownloadProgress({ download: d }: { download: DownloadWire }): ReactElement {
+  const fraction = d.total_bytes !== null && d.total_bytes > 0 ? Math.min(1, d.received_bytes / d.total_bytes) : null;
+  const left = d.bytes_per_s !== null && d.bytes_per_s > 0 && d.total_bytes !== null ? ((d.total_bytes - d.received_bytes) / d.bytes_per_s) * 1000 : null;
+  const heading = { downloading: 'Downloading the model', cancelled: 'Download cancelled', failed: 'Download failed' }[d.state];
+  return (
+    <div className="download" data-testid="download" data-state={d.state}>
+      <p className="download-head"><strong>{heading}</strong> <code>{d.file}</code></p>
+      <p className="muted small download-url">{d.url}</p>
+      <Progress fraction={fraction} label="Model download progress" />
+      <p className="small" data-testid="download-figures">
+        {formatBytes(d.received_bytes)}{d.total_bytes !== null ? ` of ${formatBytes(d.total_bytes)}` : ''}
+        {fraction !== null ? ` (${Math.floor(fraction * 100)}%)` : ''}
+        {d.state === 'downloading' && d.bytes_per_s !== null ? ` · ${formatBytes(d.bytes_per_s)}/s` : ''}
+        {d.state === 'downloading' && left !== null ? ` · about ${formatDuration(left)} left` : ''}
+        {d.resumed ? ' · resumed from the earlier part' : ''}
+      </p>
+      {d.state === 'cancelled' ? <p className="muted small">Kiwi keeps what it has downloaded: resuming goes on from there.</p> : null}
+      <ErrorBanner error={d.error} />
+    </div>
   );
 }
 
@@ -93,6 +145,7 @@ function HostView({ status }: { status: SessionStatus }): ReactElement {
   const others = status.members.filter((m) => m.state !== 'pending');
   return (
     <div className="stack">
+      <RingBanner ring={status.ring_state} />
       <Card title="Your session" actions={<button type="button" className="danger" onClick={() => leave.mutate([])}>End session</button>}>
         <div className="session-code" aria-label="Session code">
           <span data-testid="session-code">{code}</span>
@@ -131,7 +184,7 @@ function HostView({ status }: { status: SessionStatus }): ReactElement {
               {others.map((m) => (
                 <tr key={m.member_id} className={`state-${m.state}`}>
                   <td>{m.name}</td>
-                  <td><span className={`dot ${m.state}`} aria-hidden="true" />{STATE_WORDS[m.state] ?? m.state}{!m.connected && m.state === 'active' ? ' (reconnecting)' : ''}</td>
+                  <td><span className={`dot ${m.state}${!m.connected && m.state === 'active' ? ' disconnected' : ''}`} aria-hidden="true" />{STATE_WORDS[m.state] ?? m.state}{!m.connected && m.state === 'active' ? ' (reconnecting)' : ''}</td>
                   <td>{formatBytes(m.memory_bytes)}</td>
                   <td>{m.bandwidth_gbps === null ? '—' : `${m.bandwidth_gbps.toFixed(m.bandwidth_gbps < 10 ? 1 : 0)} GB/s`}</td>
                   <td className="muted small">{m.addresses[0] ?? 'relay only'}</td>

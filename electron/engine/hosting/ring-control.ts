@@ -1,10 +1,12 @@
 // The control API over the ring: maps SessionHost.status() into the wire's plan (who holds which
-// layers, predicted or measured stage ms, tokens/s, or why there is no plan), hosts from the UI
-// through createSessionHost (the composition `kiwi host --model` runs), and gives the UI's joins a
-// RingMember whose assignment and load progress feed SessionControl's `assignment` hook.
+// layers, predicted or measured stage ms, tokens/s, or why there is no plan), its ring state
+// (phase, generation, recoveries) and whether tokens flow; hosts from the UI through
+// createSessionHost (the composition `kiwi host --model` runs), and gives the UI's joins a
+// RingMember whose assignment and load progress feed SessionControl's `assignment` hook. It sits
+// above both pipeline/ and server/ (the ring implements the server's backend; this composes them).
 import { stat } from 'node:fs/promises';
 import { totalmem } from 'node:os';
-import type { HostRequest, PlanWire, SessionStatus, StageWire } from '../../../common/control-api.js';
+import type { FlowWire, PlanWire, RingStateWire, SessionStatus, StageWire } from '../../../common/control-api.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf } from '../model/gguf/gguf-reader.js';
 import { summarizeModel } from '../model/model-summary.js';
@@ -13,13 +15,15 @@ import { createSessionHost, type SessionHost, type SessionHostOptions, type Sess
 import { modelSizesFromSummary } from '../planner/model-sizes.js';
 import type { HostOptions } from '../session/host.js';
 import type { MemberSession } from '../session/member.js';
-import type { HostedSession, MemberRing, StartHosting } from './control-api-source.js';
-import { startOpenAiServer, type OpenAiServer, type OpenAiServerOptions } from './http-server.js';
+import type { HostedSession, HostingRequest, MemberRing, StartHosting } from '../server/control-api-source.js';
+import { startOpenAiServer, type OpenAiServer, type OpenAiServerOptions } from '../server/http-server.js';
 
 type WireError = { code: string; message: string };
 
-/** How often measured stage times are re-announced to the UI while they change. */
+/** How often measured stage times (and whether tokens flow) are re-sampled and re-announced while they change. */
 const TIMING_REFRESH_MS = 1000;
+/** Tokens count as flowing for this long after the last step seen. */
+const FLOW_HOLD_MS = 2 * TIMING_REFRESH_MS;
 
 /**
  * The ring's plan as the UI shows it. Once the host assigned the stages they name the peers; the
@@ -38,10 +42,12 @@ export function ringPlanWire(s: SessionHostStatus): { plan: PlanWire | null; err
     ? s.stages.map((st) => ({
       peer: st.peer, name: st.name, start: st.start, end: st.end, head: st.head,
       stage_ms: measured(st.start, st.end, st.head) ?? predicted.get(`${st.name}|${st.start}-${st.end}`) ?? null,
+      state: st.state,
     }))
     // Planned but not yet assigned: the host is the head device, members are found by name.
     : plan.stages.map((p) => ({
       peer: p.device === plan.head ? 0 : (peerByName.get(p.device) ?? -1), name: p.device, start: p.start, end: p.end, head: p.head, stage_ms: p.stage_ms,
+      state: null,
     }));
   const ringMs = s.timing.meanRingMs ?? plan.circuit_ms;
   return {
@@ -55,8 +61,49 @@ export function ringPlanWire(s: SessionHostStatus): { plan: PlanWire | null; err
   };
 }
 
+/** The ring's phase, generation, the re-plan in progress and the past ones, as the UI shows them. */
+export function ringStateWire(s: SessionHostStatus): RingStateWire {
+  return {
+    phase: s.phase,
+    epoch: s.epoch,
+    recovery: s.recovery === undefined ? null : { reason: s.recovery.reason, started_at: s.recovery.startedAt },
+    waiting_until: s.waitingUntil ?? null,
+    recoveries: s.recoveries.slice(-16).map((r) => ({
+      epoch: r.epoch, reason: r.reason, started_at: r.startedAt, duration_ms: r.durationMs, bytes_moved: r.bytesMoved, resumed_requests: r.resumedRequests,
+    })),
+  };
+}
+
+/**
+ * Whether tokens flow, from measured steps: the recent step timings change with every step (their
+ * count grows, their means move) and steps in flight are counted. Sampled, since steps have no event.
+ */
+export class FlowMeter {
+  private last = '';
+  private lastChange = -Infinity;
+
+  /** Records a sample; true when the flow state changed since the previous one. */
+  sample(s: Pick<SessionHostStatus, 'timing' | 'requests'>, now = Date.now()): boolean {
+    const before = this.activeAt(now - TIMING_REFRESH_MS);
+    const t = s.timing;
+    const mark = `${t.steps}|${t.meanRingMs}|${t.meanHostMs}|${s.requests.completed + s.requests.cancelled + s.requests.failed}`;
+    if (mark !== this.last || t.inFlight > 0) {
+      this.last = mark;
+      this.lastChange = now;
+    }
+    return before !== this.activeAt(now) || this.lastChange === now;
+  }
+
+  activeAt(now = Date.now()): boolean {
+    return now - this.lastChange < FLOW_HOLD_MS;
+  }
+}
+
 /** A running SessionHost (and the API serving through it) as the control API's hosted session. */
 export function hostedRing(ring: SessionHost, opts: { model: string; server: OpenAiServer | null; close?: () => Promise<void> }): HostedSession {
+  const meter = new FlowMeter();
+  // The first sample is the ring as it is now: only later steps count as flowing.
+  meter.sample(ring.status(), -Infinity);
   return {
     session: ring.session,
     model: opts.model,
@@ -65,15 +112,22 @@ export function hostedRing(ring: SessionHost, opts: { model: string; server: Ope
       return opts.server !== null && ring.status().phase === 'serving' ? { url: opts.server.url, model: ring.backend.modelId } : null;
     },
     plan: () => ringPlanWire(ring.status()),
+    ringState: () => ringStateWire(ring.status()),
+    flow: (): FlowWire => {
+      const s = ring.status();
+      return { active: s.phase === 'serving' && meter.activeAt(), tokens_per_s: s.timing.meanRingMs !== null && s.timing.meanRingMs > 0 ? 1000 / s.timing.meanRingMs : null };
+    },
     watch(listener) {
-      for (const event of ['plan', 'assigned', 'weights-progress', 'ready', 'serving', 'error'] as const) ring.on(event, () => listener());
-      // Stage times change with every ring step, which has no event: re-announce once a second when they did.
-      let steps = 0;
+      for (const event of ['plan', 'assigned', 'weights-progress', 'ready', 'serving', 'recovering', 'waiting', 'recovered', 'error'] as const) ring.on(event, () => listener());
+      // Stage times change with every ring step, which has no event: re-announce once a second when
+      // they did, and when tokens start or stop flowing. Recovery and waiting show up the same way.
+      let phase = ring.status().phase;
       const tick = setInterval(() => {
         const t = ring.status();
         if (t.phase === 'closed') return clearInterval(tick);
-        if (t.timing.steps === steps) return;
-        steps = t.timing.steps;
+        const flowChanged = meter.sample(t);
+        if (!flowChanged && t.phase === phase && t.recovery === undefined && t.waitingUntil === undefined) return;
+        phase = t.phase;
         listener();
       }, TIMING_REFRESH_MS);
       tick.unref();
@@ -111,7 +165,7 @@ export interface RingHostingOptions {
 
 /** Hosting from the UI: a session whose members become the ring, served on /v1 once it forms. */
 export function ringHosting(opts: RingHostingOptions = {}): StartHosting {
-  return async (req: HostRequest): Promise<HostedSession> => {
+  return async (req: HostingRequest): Promise<HostedSession> => {
     // Checked first so that a typo fails before a code is shown to friends.
     const isFile = await stat(req.model).then((st) => st.isFile(), () => false);
     if (!isFile) throw new KiwiError('FILE_NOT_FOUND', `Model file ${req.model} does not exist. Pick the path of a GGUF file.`);
@@ -120,6 +174,8 @@ export function ringHosting(opts: RingHostingOptions = {}): StartHosting {
       hostDevice,
       ...opts.ring,
       ...model,
+      // Members without a copy fetch their tensors' byte ranges from where the model came from.
+      ...(req.model_url !== undefined ? { modelUrl: req.model_url } : {}),
       session: { ...opts.session, ...(req.auto_approve !== undefined ? { autoApprove: req.auto_approve } : {}) },
     });
     let server: OpenAiServer;
@@ -158,16 +214,25 @@ export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError
     ring.on('assigned', onChange);
     ring.on('weights-progress', onChange);
     ring.on('ready', onChange);
+    // The stage's recent step times move with every step it computes: that is its tokens flowing.
     let stageMs: number | null = null;
+    let lastStep = -Infinity;
+    let flowing = false;
     const tick = setInterval(() => {
-      const now = ring.status().stageMs;
-      if (now === stageMs) return;
-      stageMs = now;
+      const s = ring.status();
+      const now = Date.now();
+      if (s.stageMs !== stageMs) lastStep = now;
+      const active = now - lastStep < FLOW_HOLD_MS;
+      if (s.stageMs === stageMs && active === flowing) return;
+      stageMs = s.stageMs;
+      flowing = active;
       onChange();
     }, TIMING_REFRESH_MS);
     tick.unref();
     return {
       assignment: () => ringAssignment(ring.status()),
+      flow: () => ({ active: flowing, tokens_per_s: null }),
+      handBack: () => ring.handBack(),
       close: () => {
         clearInterval(tick);
         return ring.close();
