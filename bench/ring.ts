@@ -1,169 +1,358 @@
 // The ring against one process on the same model: `kiwi serve` vs a rendezvous + `kiwi host` + two
-// `kiwi join` members on loopback, each a real process, measured through the OpenAI API (SSE):
-// time to first token and tokens/s of one stream, aggregate tokens/s of 4 concurrent streams, and
-// the activation encodings between stages (f32, f16, int8, int8 + zstd) with their frame sizes.
+// members on loopback, each a real process, measured through the OpenAI API (SSE): time to first
+// token and tokens/s of one stream, aggregate tokens/s of 4 concurrent streams.
+//   - loopback rows: the activation encodings between stages (f32, f16, int8, int8 + zstd);
+//   - delayed rows: every ring link through a userspace delay proxy (test-support/delay-proxy.ts,
+//     standing in for `tc netem`, which this kernel lacks) at 1, 10 and 40 ms one way: f32;
+//     `--activations auto`, where the host chooses per link (pipeline/link-wire.ts) from the
+//     link's kind and RTT; and the same policy given a throughput measured by
+//     transport/link-throughput.ts over an encrypted link through a proxy of the same delay (what
+//     each session link measures as it comes up; all links are alike here, so that choice runs as a fixed wire).
+// Next to each measured ms/token: the planner's prediction (circuit_ms of planFleet, with one
+// decoder block timed on this machine as every device's block_ms and the ring links' RTTs).
+// Members run in this file's member mode (below) so that they can advertise their proxy instead of
+// their own listener (MemberSession's `advertise`); they are otherwise what `kiwi join` runs.
 // Model: $KIWI_MODEL, else a `kiwi synth` Llama-family model (8 layers, width 512, Q8_0) written
 // to a temporary directory. Threads per process: $KIWI_BENCH_THREADS (default 1, so three ring
 // processes do not fight over a small machine's cores more than one process does).
+// Knobs: KIWI_BENCH_TOKENS (64), KIWI_BENCH_DELAYS (1,10,40), KIWI_BENCH_LOOPBACK (f32,f16,int8,int8+zstd; 0: none).
 // Run: npx tsx bench/ring.ts   Prints a table and writes bench/results/ring.json.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { encodeStepFrame, type ActivationEncoding } from '../electron/engine/transport/tensor-frame.js';
+import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
+import { summarizeModel } from '../electron/engine/model/model-summary.js';
+import { kiwiCacheDir } from '../electron/engine/paths.js';
+import { chooseLinkWire } from '../electron/engine/pipeline/link-wire.js';
+import { RingMember } from '../electron/engine/pipeline/ring-member.js';
+import { modelSizesFromSummary } from '../electron/engine/planner/model-sizes.js';
+import { planFleet } from '../electron/engine/planner/plan.js';
+import { blockShapeOf, measureBlock } from '../electron/engine/runtime/block-probe.js';
+import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
+import { MemberSession } from '../electron/engine/session/member.js';
+import { startDelayProxy, type DelayProxy } from '../electron/engine/test-support/delay-proxy.js';
+import { measureThroughput } from '../electron/engine/transport/link-throughput.js';
+import { openSecureLink, type SecureLink } from '../electron/engine/transport/secure-link.js';
+import { encodeStepFrame, type ActivationEncoding, type WireOptions } from '../electron/engine/transport/tensor-frame.js';
+import { dialDirect, listenDirect, type WsLink } from '../electron/engine/transport/ws.js';
+
+interface MemberConfig {
+  code: string;
+  rendezvous: string;
+  name: string;
+  model: string;
+  threads: number;
+  advertise: string;
+}
+
+/** Member mode: `kiwi join` with an advertised address (the parent's delay proxy in front of this member's listener). */
+async function runMember(cfg: MemberConfig): Promise<void> {
+  const say = (event: string, fields: Record<string, unknown> = {}): void => console.log(JSON.stringify({ event, ...fields }));
+  const member = new MemberSession({ code: cfg.code, rendezvousUrl: cfg.rendezvous, name: cfg.name, listenHost: '127.0.0.1', advertise: [cfg.advertise] });
+  const ring = new RingMember(member, {
+    modelPath: cfg.model, weightsDir: join(kiwiCacheDir(), 'weights'), threads: cfg.threads, cache: new ShardCache(join(kiwiCacheDir(), 'shards')),
+  });
+  ring.on('ready', (r) => say('ready', { source: r.source }));
+  ring.on('error', (err) => say('error', { code: err.code, message: err.message }));
+  member.on('link', (s) => say('link', { peer: s.peer, state: s.state, kind: s.kind ?? null, rtt_ms: s.rttMs ?? null }));
+  await member.connect();
+  say('joined', { pid: process.pid });
+  await new Promise<void>((resolve) => process.once('SIGTERM', () => resolve()));
+  await member.stop('benchmark over');
+  await ring.close();
+  process.exit(0);
+}
 
 const TOKENS = Number(process.env.KIWI_BENCH_TOKENS ?? 64);
 const THREADS = process.env.KIWI_BENCH_THREADS ?? '1';
+const DELAYS_MS = (process.env.KIWI_BENCH_DELAYS ?? '1,10,40').split(',').filter((d) => d !== '').map(Number);
+/** The loopback rows' wires (default f32,f16,int8,int8+zstd); KIWI_BENCH_LOOPBACK=0 skips them. */
+const LOOPBACK_WIRES = process.env.KIWI_BENCH_LOOPBACK === '0' ? [] : (process.env.KIWI_BENCH_LOOPBACK ?? 'f32,f16,int8,int8+zstd').split(',');
 const root = join(import.meta.dirname, '..');
-const dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-ring-'));
-const env = { ...process.env, KIWI_CACHE_DIR: join(dir, 'cache') };
-const children: ChildProcess[] = [];
-
 const SHAPE = { name: 'bench-ring', architecture: 'llama', blockCount: 8, embeddingLength: 512, headCount: 8, headCountKv: 4, feedForwardLength: 1536, vocabSize: 4096, contextLength: 1024 };
-const model = process.env.KIWI_MODEL ?? join(dir, 'bench-ring.gguf');
-if (process.env.KIWI_MODEL === undefined) {
-  execFileSync(process.execPath, ['--import', 'tsx', 'electron/kiwi.ts', 'synth', '--shape', JSON.stringify(SHAPE), '--quant', 'q8_0', '--out', model, '--json'], { cwd: root, env, stdio: ['ignore', 'ignore', 'ignore'] });
-}
-const modelId = model.split('/').pop()!.replace(/\.gguf$/i, '');
+/** The prompts are a few tokens: the frame shape the auto policy prices. */
+const PREFILL_TOKENS = 8;
 
-function kiwi(args: string[]): { child: ChildProcess; event: (name: string) => Promise<Record<string, unknown>> } {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'electron/kiwi.ts', ...args, '--json'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  const events: Array<Record<string, unknown>> = [];
-  const waiters: Array<() => void> = [];
-  createInterface({ input: child.stdout! }).on('line', (line) => {
-    try {
-      events.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      return;
-    }
-    for (const w of waiters.splice(0)) w();
-  });
-  const stderr: string[] = [];
-  createInterface({ input: child.stderr! }).on('line', (l) => stderr.push(l));
-  const event = async (name: string): Promise<Record<string, unknown>> => {
-    for (;;) {
-      const hit = events.find((e) => e.event === name);
-      if (hit !== undefined) return hit;
-      if (child.exitCode !== null) throw new Error(`kiwi ${args[0]} exited: ${stderr.join('\n')}`);
-      await new Promise<void>((r) => {
-        waiters.push(r);
-        setTimeout(r, 200);
-      });
-    }
-  };
-  return { child, event };
+interface Spawned {
+  child: ChildProcess;
+  event: (name: string, match?: (e: Record<string, unknown>) => boolean) => Promise<Record<string, unknown>>;
+  events: Array<Record<string, unknown>>;
 }
 
-async function stopAll(): Promise<void> {
-  for (const c of children.splice(0)) {
-    if (c.exitCode === null && c.signalCode === null) {
-      c.kill('SIGTERM');
-      await new Promise((r) => c.once('exit', r));
-    }
+async function main(): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-ring-'));
+  const env = { ...process.env, KIWI_CACHE_DIR: join(dir, 'cache') };
+  const children: ChildProcess[] = [];
+  const proxies: DelayProxy[] = [];
+  const model = process.env.KIWI_MODEL ?? join(dir, 'bench-ring.gguf');
+  if (process.env.KIWI_MODEL === undefined) {
+    execFileSync(process.execPath, ['--import', 'tsx', 'electron/kiwi.ts', 'synth', '--shape', JSON.stringify(SHAPE), '--quant', 'q8_0', '--out', model, '--json'], { cwd: root, env, stdio: ['ignore', 'ignore', 'ignore'] });
   }
-}
+  const modelId = model.split('/').pop()!.replace(/\.gguf$/i, '');
+  const file = await openGguf(model);
+  const summary = summarizeModel(file);
+  const hidden = summary.embedding_length;
 
-interface Stream {
-  ttftMs: number;
-  tokens: number;
-  decodeMs: number;
-}
-
-/** One greedy SSE stream; counts content chunks as tokens (one per token). */
-async function stream(url: string, prompt: string): Promise<Stream> {
-  const t0 = performance.now();
-  const res = await fetch(`${url}/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: modelId, prompt, max_tokens: TOKENS, temperature: 0, stream: true }),
-  });
-  if (!res.ok || res.body === null) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  let first = 0;
-  let tokens = 0;
-  const decoder = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    const n = decoder.decode(chunk, { stream: true }).split('\n').filter((l) => l.startsWith('data: {')).length;
-    if (n > 0 && first === 0) first = performance.now();
-    tokens += n;
-  }
-  const end = performance.now();
-  return { ttftMs: first - t0, tokens, decodeMs: end - first };
-}
-
-interface Row {
-  case: string;
-  ttftMs: number;
-  tokensPerS: number;
-  aggregate4TokensPerS: number;
-}
-
-async function measure(label: string, url: string): Promise<Row> {
-  await stream(url, 'warm up the caches');
-  const one = await stream(url, 'Once upon a time');
-  const t0 = performance.now();
-  const four = await Promise.all(['a', 'b', 'c', 'd'].map((p) => stream(url, `story ${p}`)));
-  const wall = (performance.now() - t0) / 1000;
-  return {
-    case: label,
-    ttftMs: one.ttftMs,
-    tokensPerS: ((one.tokens - 1) * 1000) / one.decodeMs,
-    aggregate4TokensPerS: four.reduce((n, s) => n + s.tokens, 0) / wall,
-  };
-}
-
-const rows: Row[] = [];
-try {
-  {
-    const serve = kiwi(['serve', '--model', model, '--port', '0', '--threads', THREADS]);
-    rows.push(await measure('one process (kiwi serve)', (await serve.event('serving')).url as string));
-    await stopAll();
-  }
-  const configs: Array<{ label: string; encoding: ActivationEncoding; zstd: boolean }> = [
-    { label: 'ring 3 stages, f32', encoding: 'f32', zstd: false },
-    { label: 'ring 3 stages, f16', encoding: 'f16', zstd: false },
-    { label: 'ring 3 stages, int8', encoding: 'int8', zstd: false },
-    { label: 'ring 3 stages, int8+zstd', encoding: 'int8', zstd: true },
-  ];
-  for (const c of configs) {
-    const rv = kiwi(['rendezvous', '--host', '127.0.0.1', '--port', '0']);
-    const url = (await rv.event('listening')).url as string;
-    const host = kiwi(['host', '--model', model, '--port', '0', '--rendezvous', url, '--auto-approve', '--expect', '2', '--rendezvous-host', '127.0.0.1',
-      '--listen', '127.0.0.1', '--activations', c.encoding, '--threads', THREADS, ...(c.zstd ? ['--zstd'] : [])]);
-    const code = (await host.event('session')).code as string;
-    for (const name of ['m1', 'm2']) kiwi(['join', code, '--rendezvous', url, '--name', name, '--listen', '127.0.0.1', '--model', model, '--threads', THREADS]);
-    rows.push(await measure(c.label, (await host.event('serving')).url as string));
-    await stopAll();
-  }
-} finally {
-  await stopAll();
-}
-
-// Frame sizes of one decode step's hidden states (1 token) and of a 128-token prefill, per encoding.
-const frames: Array<{ encoding: string; decodeBytes: number; prefillBytes: number }> = [];
-for (const [encoding, zstd] of [['f32', false], ['f16', false], ['int8', false], ['int8', true]] as const) {
-  const size = async (seq: number): Promise<number> => {
-    // Normally distributed values with a few outliers, like hidden states (zstd gains little on them).
-    const hidden = new Float32Array(seq * SHAPE.embeddingLength).map((_, i) => {
-      const g = Math.sqrt(-2 * Math.log(1 - Math.random())) * Math.cos(2 * Math.PI * Math.random());
-      return i % 97 === 0 ? g * 20 : g;
+  const spawnNode = (args: string[]): Spawned => {
+    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.push(child);
+    const events: Array<Record<string, unknown>> = [];
+    const waiters: Array<() => void> = [];
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      try {
+        events.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        return;
+      }
+      for (const w of waiters.splice(0)) w();
     });
-    return (await encodeStepFrame({ metadata: { step: '1', rows: '[{"id":1,"pos":0,"cap":256}]' }, tensor: { kind: 'hidden', hidden, dims: [1, seq, SHAPE.embeddingLength] } }, { encoding, zstd })).length;
+    const stderr: string[] = [];
+    createInterface({ input: child.stderr! }).on('line', (l) => stderr.push(l));
+    const event = async (name: string, match: (e: Record<string, unknown>) => boolean = () => true): Promise<Record<string, unknown>> => {
+      for (;;) {
+        const hit = events.find((e) => e.event === name && match(e));
+        if (hit !== undefined) return hit;
+        if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited: ${stderr.join('\n')}`);
+        await new Promise<void>((r) => {
+          waiters.push(r);
+          setTimeout(r, 200);
+        });
+      }
+    };
+    return { child, event, events };
   };
-  frames.push({ encoding: `${encoding}${zstd ? '+zstd' : ''}`, decodeBytes: await size(1), prefillBytes: await size(128) });
+  const kiwi = (args: string[]): Spawned => spawnNode(['electron/kiwi.ts', ...args, '--json']);
+
+  const stopAll = async (): Promise<void> => {
+    for (const c of children.splice(0)) {
+      if (c.exitCode === null && c.signalCode === null) {
+        c.kill('SIGTERM');
+        await new Promise((r) => c.once('exit', r));
+      }
+    }
+    for (const p of proxies.splice(0)) await p.close();
+  };
+
+  interface Stream { ttftMs: number; tokens: number; decodeMs: number }
+  /** One greedy SSE stream; counts content chunks as tokens (one per token). */
+  const stream = async (url: string, prompt: string, maxTokens = TOKENS): Promise<Stream> => {
+    const t0 = performance.now();
+    const res = await fetch(`${url}/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: modelId, prompt, max_tokens: maxTokens, temperature: 0, stream: true }),
+    });
+    if (!res.ok || res.body === null) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+    let first = 0;
+    let tokens = 0;
+    const decoder = new TextDecoder();
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      const n = decoder.decode(chunk, { stream: true }).split('\n').filter((l) => l.startsWith('data: {')).length;
+      if (n > 0 && first === 0) first = performance.now();
+      tokens += n;
+    }
+    return { ttftMs: first - t0, tokens, decodeMs: performance.now() - first };
+  };
+
+  interface Row {
+    case: string;
+    delayMs: number | null;
+    wire: string;
+    /** What the auto policy chose per ring link, when this row is the auto one. */
+    /** The auto row: what each stage sends on, as the host chose it (from each link's kind and RTT). */
+    hostChoices?: Array<{ stage: string; wire: string }>;
+    /** The auto row: what the policy makes of each ring link with the probe's throughput too. */
+    probeChoices?: Array<{ link: string; kind: string; rttMs: number; throughputMBps: number; choice: string }>;
+    ttftMs: number;
+    tokensPerS: number;
+    msPerToken: number;
+    predictedMsPerToken: number | null;
+    aggregate4TokensPerS: number;
+  }
+  const measure = async (label: string, url: string): Promise<Omit<Row, 'delayMs' | 'wire' | 'predictedMsPerToken'>> => {
+    await stream(url, 'warm up the caches', 8);
+    const one = await stream(url, 'Once upon a time');
+    const t0 = performance.now();
+    const four = await Promise.all(['a', 'b', 'c', 'd'].map((p) => stream(url, `story ${p}`)));
+    const wall = (performance.now() - t0) / 1000;
+    const tokensPerS = ((one.tokens - 1) * 1000) / one.decodeMs;
+    return { case: label, ttftMs: one.ttftMs, tokensPerS, msPerToken: 1000 / tokensPerS, aggregate4TokensPerS: four.reduce((n, s) => n + s.tokens, 0) / wall };
+  };
+
+  // The planner's prediction: every device (all on this machine) at the measured block time.
+  const block = await measureBlock(blockShapeOf(file), { threads: Number(THREADS), runs: 15 });
+  const sizes = modelSizesFromSummary(summary);
+  const predict = (names: string[], rtts: Array<{ a: string; b: string; rttMs: number }>): number =>
+    planFleet({ model: sizes, context: 4096, concurrency: 1, devices: names.map((name) => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs })), rtts }).circuit;
+
+  /** Throughput and RTT of an encrypted WebSocket link through a delay proxy (what a session's link probe would see). */
+  const probeThroughDelay = async (delayMs: number | null): Promise<{ throughputMBps: number; rttMs: number }> => {
+    const secret = { secret: randomBytes(32), context: 'bench-probe' };
+    let accept!: (l: WsLink) => void;
+    const inbound = new Promise<WsLink>((r) => (accept = r));
+    const listener = await listenDirect({ host: '127.0.0.1', maxPayloadBytes: 4 << 20, onLink: (l) => accept(l) });
+    const proxy = delayMs !== null ? await startDelayProxy({ target: { host: '127.0.0.1', port: listener.port }, delayMs }) : undefined;
+    const out = await dialDirect(proxy?.url ?? `ws://127.0.0.1:${listener.port}`, { maxPayloadBytes: 4 << 20, timeoutMs: 5000 });
+    const [a, b]: [SecureLink, SecureLink] = await Promise.all([
+      openSecureLink(out, { role: 'initiator', secret, timeoutMs: 5000 }),
+      inbound.then((l) => openSecureLink(l, { role: 'responder', secret, timeoutMs: 5000 })),
+    ]);
+    const pings: number[] = [];
+    for (let i = 0; i < 3; i++) pings.push(await a.ping(30_000));
+    const rttMs = Math.min(...pings);
+    const r = await measureThroughput(a, rttMs, 30_000);
+    a.close();
+    b.close();
+    await proxy?.close();
+    await listener.close();
+    return { throughputMBps: r.throughputMBps, rttMs };
+  };
+
+  /** The TCP port member `pid` listens on (its direct listener), once it has one. */
+  const listenerPort = async (pid: number): Promise<number> => {
+    for (let i = 0; i < 100; i++) {
+      const ports = execFileSync('ss', ['-ltnpH'], { encoding: 'utf8' }).split('\n')
+        .filter((l) => l.includes(`pid=${pid},`))
+        .map((l) => Number(l.trim().split(/\s+/)[3]?.split(':').pop()));
+      if (ports.length === 1 && Number.isInteger(ports[0])) return ports[0]!;
+      if (ports.length > 1) throw new Error(`member ${pid} listens on several ports: ${ports.join(', ')}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`member ${pid} never listened`);
+  };
+
+  interface Ring {
+    url: string;
+    host: Spawned;
+    members: Spawned[];
+    links: Array<{ a: number; b: number; kind: string; rttMs: number }>;
+    /** What each stage sends to the next, as the host chose it (stage-ready events). */
+    stageWires: Array<{ peer: number; name: string; wire: string }>;
+  }
+  const wireArgs = (w: WireOptions): string[] => ['--activations', w.encoding, '--zstd', w.zstd ? 'on' : 'off'];
+  const wireName = (w: WireOptions): string => `${w.encoding}${w.zstd ? '+zstd' : ''}`;
+  /** A rendezvous, a host (with these --activations/--zstd flags) and two members; with a delay, each member behind its own delay proxy. */
+  const startRing = async (hostWire: string[], delayMs: number | null): Promise<Ring> => {
+    const rv = kiwi(['rendezvous', '--host', '127.0.0.1', '--port', '0']);
+    const rvUrl = (await rv.event('listening')).url as string;
+    const host = kiwi(['host', '--model', model, '--port', '0', '--rendezvous', rvUrl, '--auto-approve', '--expect', '2', '--rendezvous-host', '127.0.0.1',
+      '--listen', '127.0.0.1', ...hostWire, '--threads', THREADS]);
+    const code = (await host.event('session')).code as string;
+    const members: Spawned[] = [];
+    for (const name of ['m1', 'm2']) {
+      if (delayMs === null) {
+        members.push(kiwi(['join', code, '--rendezvous', rvUrl, '--name', name, '--listen', '127.0.0.1', '--model', model, '--threads', THREADS]));
+        continue;
+      }
+      let pid = 0;
+      const proxy = await startDelayProxy({ target: async () => ({ host: '127.0.0.1', port: await listenerPort(pid) }), delayMs });
+      proxies.push(proxy);
+      const cfg: MemberConfig = { code, rendezvous: rvUrl, name, model, threads: Number(THREADS), advertise: proxy.url };
+      const m = spawnNode(['bench/ring.ts', '--member', JSON.stringify(cfg)]);
+      pid = m.child.pid!;
+      members.push(m);
+    }
+    const url = (await host.event('serving')).url as string;
+    // Every ring link up (the host reports all three, member pairs included) with its RTT.
+    for (let i = 0; i < 100 && host.events.filter((e) => e.event === 'link' && e.rtt_ms !== undefined).length < 3; i++) await new Promise((r) => setTimeout(r, 100));
+    const links = host.events.filter((e) => e.event === 'link' && e.rtt_ms !== undefined).map((e) => ({ a: Number(e.a), b: Number(e.b), kind: String(e.kind), rttMs: Number(e.rtt_ms) }));
+    const stageWires = host.events.filter((e) => e.event === 'stage-ready').map((e) => ({ peer: Number(e.peer), name: String(e.name), wire: String(e.wire) }));
+    return { url, host, members, links, stageWires };
+  };
+
+  const plannerNames = ['host', 'm1', 'm2'];
+  const predictFor = (ring: Ring): number => {
+    // The host is peer 0; the members' peer numbers follow (which is m1 does not matter: all devices are alike).
+    const peers = [...new Set(ring.links.flatMap((l) => [l.a, l.b]))].sort((x, y) => x - y);
+    const nameOf = (p: number): string => plannerNames[peers.indexOf(p)] ?? `peer-${p}`;
+    return predict(plannerNames, ring.links.map((l) => ({ a: nameOf(l.a), b: nameOf(l.b), rttMs: l.rttMs })));
+  };
+
+  const rows: Row[] = [];
+  const t0 = performance.now();
+  try {
+    {
+      const serve = kiwi(['serve', '--model', model, '--port', '0', '--threads', THREADS]);
+      const m = await measure('one process (kiwi serve)', (await serve.event('serving')).url as string);
+      rows.push({ ...m, delayMs: null, wire: '-', predictedMsPerToken: predict(['host'], []) });
+      await stopAll();
+    }
+    const loopback = LOOPBACK_WIRES.map((w) => ({ label: `ring 3 stages, ${w}`, encoding: w.replace('+zstd', '') as ActivationEncoding, zstd: w.endsWith('+zstd') }));
+    for (const c of loopback) {
+      const ring = await startRing(wireArgs(c), null);
+      rows.push({ ...(await measure(c.label, ring.url)), delayMs: null, wire: wireName(c), predictedMsPerToken: predictFor(ring) });
+      await stopAll();
+    }
+    for (const delayMs of DELAYS_MS) {
+      const probe = await probeThroughDelay(delayMs);
+      const frame = { hidden, decodeBatch: 1, prefillTokens: PREFILL_TOKENS, decodeSteps: TOKENS };
+      // With the probe's throughput the policy's choice is the same for every link here (all alike: direct, through a proxy of this delay).
+      const probed = chooseLinkWire({ kind: 'direct', rttMs: probe.rttMs, throughputMBps: probe.throughputMBps }, frame, 'auto');
+      const configs: Array<[label: string, hostWire: string[], wire: string]> = [
+        ['f32', wireArgs({ encoding: 'f32', zstd: false }), 'f32'],
+        // The host's own per-link choice: kind and RTT only, the default throughput of a direct link.
+        ['auto', ['--activations', 'auto'], 'auto'],
+        [`auto+probe (${probe.throughputMBps.toFixed(0)} MB/s)`, wireArgs(probed), wireName(probed)],
+      ];
+      for (const [label, hostWire, wire] of configs) {
+        const ring = await startRing(hostWire, delayMs);
+        const m = await measure(`ring 3 stages, ${delayMs} ms, ${label}`, ring.url);
+        const row: Row = { ...m, delayMs, wire, predictedMsPerToken: predictFor(ring) };
+        if (label === 'auto') {
+          row.wire = ring.stageWires.map((w) => w.wire).join('/');
+          row.hostChoices = ring.stageWires.map((w) => ({ stage: w.name, wire: w.wire }));
+          row.probeChoices = ring.links.map((l) => {
+            const c = chooseLinkWire({ kind: l.kind === 'relayed' ? 'relayed' : 'direct', rttMs: l.rttMs, throughputMBps: probe.throughputMBps }, frame, 'auto');
+            return { link: `${l.a}-${l.b}`, kind: l.kind, rttMs: l.rttMs, throughputMBps: probe.throughputMBps, choice: wireName(c) };
+          });
+        }
+        const relayed = ring.links.filter((l) => l.kind !== 'direct');
+        if (relayed.length > 0) row.case += ` (${relayed.length} link(s) relayed: not delayed)`;
+        rows.push(row);
+        await stopAll();
+      }
+    }
+  } finally {
+    await stopAll();
+  }
+  const wallS = (performance.now() - t0) / 1000;
+
+  // Frame sizes of one decode step's hidden states (1 token) and of a 128-token prefill, per encoding.
+  const frames: Array<{ encoding: string; decodeBytes: number; prefillBytes: number }> = [];
+  for (const [encoding, zstd] of [['f32', false], ['f16', false], ['int8', false], ['int8', true]] as const) {
+    const size = async (seq: number): Promise<number> => {
+      // Normally distributed values with a few outliers, like hidden states.
+      const h = new Float32Array(seq * hidden).map((_, i) => {
+        const g = Math.sqrt(-2 * Math.log(1 - Math.random())) * Math.cos(2 * Math.PI * Math.random());
+        return i % 97 === 0 ? g * 20 : g;
+      });
+      return (await encodeStepFrame({ metadata: { step: '1', rows: '[{"id":1,"pos":0,"cap":256}]' }, tensor: { kind: 'hidden', hidden: h, dims: [1, seq, hidden] } }, { encoding, zstd })).length;
+    };
+    frames.push({ encoding: `${encoding}${zstd ? '+zstd' : ''}`, decodeBytes: await size(1), prefillBytes: await size(128) });
+  }
+
+  const load = loadavg().map((l) => l.toFixed(2)).join(' ');
+  const base = rows[0]!;
+  console.log(`model ${modelId} (hidden ${hidden}), ${TOKENS} tokens per stream, ${THREADS} thread(s) per process, loopback; block ${block.blockMs.toFixed(3)} ms; load average at the end ${load}; ${wallS.toFixed(0)} s`);
+  // x1proc: tok/s of one stream over one process's; 4 vs 1: four streams' aggregate over this row's one stream.
+  console.log('case                                            TTFT ms   tok/s  x1proc  ms/tok  predicted  4 streams tok/s  4 vs 1');
+  for (const r of rows) {
+    console.log(`${r.case.padEnd(46)} ${r.ttftMs.toFixed(1).padStart(8)} ${r.tokensPerS.toFixed(1).padStart(7)} ${(r.tokensPerS / base.tokensPerS).toFixed(2).padStart(7)} ${r.msPerToken.toFixed(1).padStart(7)} ${(r.predictedMsPerToken?.toFixed(1) ?? '-').padStart(10)} ${r.aggregate4TokensPerS.toFixed(1).padStart(16)} ${(r.aggregate4TokensPerS / r.tokensPerS).toFixed(2).padStart(7)}`);
+    if (r.hostChoices !== undefined) console.log(`    auto, as the host chose per link (kind + RTT): ${r.hostChoices.map((c) => `${c.stage} sends ${c.wire}`).join(', ')}`);
+    for (const l of r.probeChoices ?? []) {
+      console.log(`    auto with the probe, link ${l.link}: ${l.kind}, rtt ${l.rttMs.toFixed(1)} ms, ${l.throughputMBps.toFixed(1)} MB/s -> ${l.choice}`);
+    }
+  }
+  console.log('\nframe bytes (width ' + hidden + ')   decode step   128-token prefill');
+  for (const f of frames) console.log(`${f.encoding.padEnd(24)} ${String(f.decodeBytes).padStart(12)} ${String(f.prefillBytes).padStart(18)}`);
+  const out = join(import.meta.dirname, 'results');
+  await mkdir(out, { recursive: true });
+  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? SHAPE, tokens: TOKENS, threads: THREADS, blockMs: block.blockMs, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
+  await rm(dir, { recursive: true, force: true });
 }
 
-const base = rows[0]!;
-console.log(`model ${modelId}, ${TOKENS} tokens per stream, ${THREADS} thread(s) per process, loopback`);
-console.log('case                        TTFT ms   tok/s  x1proc   4 streams tok/s');
-for (const r of rows) {
-  console.log(`${r.case.padEnd(26)} ${r.ttftMs.toFixed(1).padStart(8)} ${r.tokensPerS.toFixed(1).padStart(7)} ${(r.tokensPerS / base.tokensPerS).toFixed(2).padStart(7)} ${r.aggregate4TokensPerS.toFixed(1).padStart(12)}`);
-}
-console.log('\nframe bytes (width 512)   decode step   128-token prefill');
-for (const f of frames) console.log(`${f.encoding.padEnd(24)} ${String(f.decodeBytes).padStart(12)} ${String(f.prefillBytes).padStart(18)}`);
-const out = join(import.meta.dirname, 'results');
-await mkdir(out, { recursive: true });
-await writeFile(join(out, 'ring.json'), `${JSON.stringify({ model: process.env.KIWI_MODEL ?? SHAPE, tokens: TOKENS, threads: THREADS, rows, frames }, null, 2)}\n`);
-await rm(dir, { recursive: true, force: true });
+if (process.argv[2] === '--member') await runMember(JSON.parse(process.argv[3] ?? '{}') as MemberConfig);
+else await main();

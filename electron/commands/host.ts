@@ -14,10 +14,11 @@ import { ShardCache } from '../engine/runtime/shard-cache.js';
 import { startControlApi, type ControlApi } from '../engine/server/control-api.js';
 import { SessionControl } from '../engine/server/control-api-source.js';
 import { startOpenAiServer, type OpenAiServer } from '../engine/server/http-server.js';
-import { hostedRing, ringModelOptions } from '../engine/server/ring-control.js';
+import { hostedRing, ringModelOptions } from '../engine/hosting/ring-control.js';
 import { createHost } from '../engine/session/host.js';
-import { ACTIVATION_ENCODINGS, type ActivationEncoding } from '../engine/transport/tensor-frame.js';
-import { booleanOption, defineCommand, stringOption } from './command.js';
+import { parseWirePolicy, type WirePolicy } from '../engine/pipeline/link-wire.js';
+import type { SessionHostOptions, StageStatus } from '../engine/pipeline/session-host.js';
+import { booleanOption, defineCommand, stringOption, type CommandContext } from './command.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
 
@@ -43,12 +44,18 @@ export const hostCommand = defineCommand({
     expect: { type: 'string', valueName: 'N', description: 'Report when N members have joined; with --model, plan the ring then (else after --settle-ms)' },
     listen: { type: 'string', valueName: 'ADDR', description: 'Address for direct ring links', default: '0.0.0.0' },
     'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
-    'soft-evict-ms': { type: 'string', valueName: 'MS', description: 'Silence after which a member leaves the ring', default: '15000' },
-    'hard-evict-ms': { type: 'string', valueName: 'MS', description: 'Silence after which a member is forgotten', default: '120000' },
+    'heartbeat-timeout': { type: 'string', valueName: 'S', description: 'Seconds of silence after which a member leaves the ring and the ring is re-planned (default 15); a member is forgotten after 8 times as long, at least 120 s' },
+    'recovery-timeout': { type: 'string', valueName: 'S', description: 'Seconds requests wait for enough members to hold the model again before they fail (default 120)' },
+    'soft-evict-ms': { type: 'string', valueName: 'MS', description: '--heartbeat-timeout in ms (default 15000)' },
+    'hard-evict-ms': { type: 'string', valueName: 'MS', description: 'Silence after which a member is forgotten (default 8 x the heartbeat timeout, at least 120000)' },
     'settle-ms': { type: 'string', valueName: 'MS', description: 'Without --expect: plan once members stopped joining for this long', default: '3000' },
     context: { type: 'string', valueName: 'N', description: 'Positions per request (prompt + completion); default the model\'s, at most 4096' },
-    activations: { type: 'string', valueName: 'ENC', description: 'How hidden states travel between stages: f32 (exact), f16 or int8', default: 'f32' },
-    zstd: { type: 'boolean', description: 'Compress activations with zstd' },
+    activations: {
+      type: 'string', valueName: 'ENC',
+      description: 'How hidden states travel between stages: exact (f32, the same tokens as one machine), auto (per link, the cheapest of f32, f16 and int8 for that link\'s speed; may change tokens), or always f32, f16 or int8',
+      default: 'exact',
+    },
+    zstd: { type: 'string', valueName: 'auto|on|off', description: 'Compress activations with zstd: auto (per link, where it saves time), on or off; default auto with --activations auto, else off' },
     lan: { type: 'boolean', description: 'Let the API listen on all interfaces (set an API key)' },
     'api-key': { type: 'string', valueName: 'KEY', description: 'Require Authorization: Bearer KEY on every /v1 request (or $KIWI_API_KEY)' },
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once', default: '8' },
@@ -62,9 +69,9 @@ export const hostCommand = defineCommand({
     const json = booleanOption(ctx, 'json');
     const print = eventPrinter(ctx.stdout, json);
     const expectCount = stringOption(ctx, 'expect') !== undefined ? intOption(stringOption(ctx, 'expect') as string, 'expect', 1, 1000) : undefined;
-    const softEvictMs = intOption(stringOption(ctx, 'soft-evict-ms') ?? '15000', 'soft-evict-ms', 1, 86_400_000);
-    const hardEvictMs = intOption(stringOption(ctx, 'hard-evict-ms') ?? '120000', 'hard-evict-ms', 2, 86_400_000);
-    if (hardEvictMs <= softEvictMs) throw new KiwiError('USAGE', '--hard-evict-ms must be longer than --soft-evict-ms');
+    // Checked before anything starts, so a typo fails before a code is shown.
+    const { softEvictMs, hardEvictMs } = evictionTimes(ctx);
+    const ringFlags = ringFlagOptions(ctx);
     const modelUrl = stringOption(ctx, 'model-url');
     if (modelUrl !== undefined && !/^https?:\/\/./.test(modelUrl)) throw new KiwiError('USAGE', `--model-url must be an http:// or https:// URL, got '${modelUrl}'`);
     let model = stringOption(ctx, 'model');
@@ -92,7 +99,7 @@ export const hostCommand = defineCommand({
     let server: OpenAiServer | undefined;
     if (model !== undefined) {
       try {
-        ({ ring, server } = await startRing(ctx, model, host, expectCount, print));
+        ({ ring, server } = await startRing(ctx, model, host, expectCount, ringFlags, print));
       } catch (err) {
         await host.close();
         throw err;
@@ -141,7 +148,9 @@ export const hostCommand = defineCommand({
         `the session takes no more members: ${reason}`));
     host.on('link', (l) => {
       if (l.state === 'up' && l.rttMs !== undefined) {
-        print('link', { a: l.a, b: l.b, kind: l.kind, rtt_ms: Number(l.rttMs.toFixed(3)) }, `link ${l.a}-${l.b} ${l.kind}, ${l.rttMs.toFixed(2)} ms`);
+        const mbps = l.throughputMBps !== undefined ? Number(l.throughputMBps.toFixed(1)) : null;
+        print('link', { a: l.a, b: l.b, kind: l.kind, rtt_ms: Number(l.rttMs.toFixed(3)), throughput_mbps: mbps },
+          `link ${l.a}-${l.b} ${l.kind}, ${l.rttMs.toFixed(2)} ms${mbps !== null ? `, ${mbps} MB/s` : ''}`);
       } else if (l.state === 'failed') {
         print('link', { a: l.a, b: l.b, state: 'failed', reason: l.error ?? null }, `link ${l.a}-${l.b} failed: ${l.error ?? ''}`);
       }
@@ -198,25 +207,70 @@ async function cachedModel(url: string, print: ReturnType<typeof eventPrinter>):
   return dest;
 }
 
+const SECONDS_MAX = 86_400;
+const HARD_EVICT_DEFAULT_MS = 120_000;
+
+/** A whole or fractional number of seconds from a flag, as ms. */
+export function secondsOption(text: string, name: string, min: number, max: number): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isFinite(value) || value < min || value > max) {
+    throw new KiwiError('USAGE', `--${name} must be a number of seconds from ${min} to ${max}, got '${text}'`);
+  }
+  return Math.round(value * 1000);
+}
+
+/**
+ * --heartbeat-timeout (s) or --soft-evict-ms: when a silent member leaves the ring; --hard-evict-ms:
+ * when it is forgotten, by default 8 times the soft timeout and at least the old 120 s, so a
+ * member may come back long after the ring went on without it.
+ */
+export function evictionTimes(ctx: CommandContext): { softEvictMs: number; hardEvictMs: number } {
+  const heartbeat = stringOption(ctx, 'heartbeat-timeout');
+  const softText = stringOption(ctx, 'soft-evict-ms');
+  if (heartbeat !== undefined && softText !== undefined) {
+    throw new KiwiError('USAGE', 'Use --heartbeat-timeout or --soft-evict-ms, not both');
+  }
+  const softEvictMs = heartbeat !== undefined
+    ? secondsOption(heartbeat, 'heartbeat-timeout', 0.01, SECONDS_MAX)
+    : intOption(softText ?? '15000', 'soft-evict-ms', 1, 86_400_000);
+  const hardText = stringOption(ctx, 'hard-evict-ms');
+  const hardEvictMs = hardText !== undefined
+    ? intOption(hardText, 'hard-evict-ms', 2, 86_400_000)
+    : Math.max(HARD_EVICT_DEFAULT_MS, 8 * softEvictMs);
+  if (hardEvictMs <= softEvictMs) throw new KiwiError('USAGE', '--hard-evict-ms must be longer than the heartbeat timeout (--soft-evict-ms)');
+  return { softEvictMs, hardEvictMs };
+}
+
+/** What `kiwi host` adds to SessionHostOptions beyond the model: --activations/--zstd and --recovery-timeout. */
+export interface RingFlagOptions {
+  wirePolicy: WirePolicy;
+  recoveryTimeoutMs?: number;
+}
+
+export function ringFlagOptions(ctx: CommandContext): RingFlagOptions {
+  const wirePolicy = parseWirePolicy(stringOption(ctx, 'activations'), stringOption(ctx, 'zstd'));
+  const recovery = stringOption(ctx, 'recovery-timeout');
+  return { wirePolicy, ...(recovery !== undefined ? { recoveryTimeoutMs: secondsOption(recovery, 'recovery-timeout', 0, SECONDS_MAX) } : {}) };
+}
+
 /** Starts the API (503 until the ring serves) and forms the ring in the background. */
-async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeof createHost>>, expect: number | undefined, print: ReturnType<typeof eventPrinter>): Promise<{ ring: SessionHost; server: OpenAiServer }> {
-  const encoding = stringOption(ctx, 'activations') ?? 'f32';
-  if (!ACTIVATION_ENCODINGS.includes(encoding as ActivationEncoding)) throw new KiwiError('USAGE', `--activations must be one of ${ACTIVATION_ENCODINGS.join(', ')}, got '${encoding}'`);
+async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeof createHost>>, expect: number | undefined, flags: RingFlagOptions, print: ReturnType<typeof eventPrinter>): Promise<{ ring: SessionHost; server: OpenAiServer }> {
   const contextText = stringOption(ctx, 'context');
   const threadsText = stringOption(ctx, 'threads');
   const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
-  const ring = new SessionHost(host, {
+  const options: SessionHostOptions = {
     ...(await ringModelOptions(model)),
     ...(stringOption(ctx, 'model-url') !== undefined ? { modelUrl: stringOption(ctx, 'model-url') } : {}),
     session: {},
     ...(expect !== undefined ? { expect } : {}),
     settleMs: intOption(stringOption(ctx, 'settle-ms') ?? '3000', 'settle-ms', 0, 3_600_000),
-    wire: { encoding: encoding as ActivationEncoding, zstd: booleanOption(ctx, 'zstd') },
+    ...flags,
     maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
     maxBatch: parallel,
     ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
     ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
-  });
+  };
+  const ring = new SessionHost(host, options);
   const lan = booleanOption(ctx, 'lan');
   const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
   const server = await startOpenAiServer(ring.backend, {
@@ -230,12 +284,18 @@ async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeo
   ring.on('plan', (plan) => print('plan', { ...plan }, `plan: ${plan.stages.map((s) => `${s.device} [${s.start}, ${s.end})${s.head ? ' head' : ''}`).join(' → ')}`));
   ring.on('assigned', (s) => print('assigned', { peer: s.peer, name: s.name, start: s.start, end: s.end, head: s.head }, `${s.name} takes layers ${s.start}-${s.end}`));
   ring.on('weights-progress', (p) => print('weights-progress', { name: p.name, received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `${p.name}: ${p.receivedBytes} of ${p.totalBytes} bytes of weights`));
-  ring.on('ready', (s) => print('stage-ready', { peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0 }, `${s.name} is ready (layers ${s.start}-${s.end})`));
+  // `wire`: how this stage encodes what it sends to the next one (chosen per link by --activations/--zstd).
+  const wireName = (w: StageStatus['wire']): string | null => (w === undefined ? null : `${w.encoding}${w.zstd ? '+zstd' : ''}`);
+  ring.on('ready', (s) => print('stage-ready', { peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0, wire: wireName(s.wire) },
+    `${s.name} is ready (layers ${s.start}-${s.end}${s.wire !== undefined ? `, sends ${wireName(s.wire)}` : ''})`));
   ring.on('serving', () => print('serving', { url: server.url }, `Serving the OpenAI-compatible API at ${server.url}`));
   ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
+  ring.on('recovering', (reason) => print('recovering', { reason }, `re-planning the ring: ${reason}`));
+  ring.on('waiting', (reason) => print('waiting', { reason }, reason));
+  ring.on('recovered', (r) => print('recovered', { epoch: r.epoch, reason: r.reason, duration_ms: r.durationMs, bytes_moved: r.bytesMoved, resumed_requests: r.resumedRequests }, `the ring recovered in ${r.durationMs} ms (epoch ${r.epoch}, ${r.resumedRequests} requests resumed, ${r.bytesMoved} bytes moved)`));
   ring.form(ctx.signal).catch((err: unknown) => {
-    // form() already reported a KiwiError as an error event; anything else is a bug.
-    if (!isKiwiError(err)) throw err;
+    // form() already reported a KiwiError as an error event; stopping (Ctrl-C) aborts it; anything else is a bug.
+    if (!isKiwiError(err) && !ctx.signal.aborted) throw err;
   });
   return { ring, server };
 }

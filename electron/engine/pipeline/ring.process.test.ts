@@ -151,4 +151,20 @@ describe('the ring served as an OpenAI API (real processes on loopback)', () => 
       expect(got.usage?.completion_tokens).toBe((reference.ids as number[]).length);
     }
   }, 180_000);
+
+  it('chooses each link\'s activation encoding from its measured throughput with --activations auto (stories260K keeps every token)', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    // Every link measures its own throughput as it comes up; each stage's wire is chosen from its outgoing link.
+    const ring = await startRing(model, { host: ['--activations', 'auto'] });
+    const links = ring.host.events.filter((e) => e.event === 'link' && typeof e.rtt_ms === 'number');
+    expect(links.length).toBeGreaterThanOrEqual(3);
+    for (const l of links) expect(l.throughput_mbps as number).toBeGreaterThan(0);
+    const stages = ring.host.events.filter((e) => e.event === 'stage-ready');
+    expect(stages.length).toBe(3);
+    for (const s of stages) expect(s.wire).toMatch(/^(f32|f16|int8)(\+zstd)?$/);
+    const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
+    const reference = await kiwiJson('generate', '--model', model, '--prompt', 'Once upon a time', '--max-tokens', '48');
+    const got = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 48, ...greedy });
+    expect(got.choices[0]?.text).toBe(reference.text);
+  }, 180_000);
 });

@@ -468,14 +468,14 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
 
     if (this.ring === undefined) this.setPhase('loading');
     const { file, shape, fingerprint } = model;
-    // Each stage's outgoing link gets its own encoding, from that link's kind and measured RTT.
+    // Each stage's outgoing link gets its own encoding, from that link's kind and measured throughput.
     const links = this.session.status().links;
     const frame = { hidden: shape.hidden, decodeBatch: 1, prefillTokens: 128 };
     const wireOut = (i: number): WireOptions => {
       if (this.opts.wirePolicy === undefined) return this.opts.wire ?? { encoding: 'f32', zstd: false };
       const [a, b] = [order[i]!.peer, order[(i + 1) % order.length]!.peer];
       const l = links.find((x) => (x.a === a && x.b === b) || (x.a === b && x.b === a));
-      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs }, frame, this.opts.wirePolicy);
+      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs, ...(l?.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) }, frame, this.opts.wirePolicy);
     };
     const hostRange = order[0]!;
     const hostName = this.opts.hostName ?? 'host';

@@ -61,7 +61,7 @@ export interface SessionStatus {
   members: MemberView[];
   /** Ring order: the host (peer 0) first, then the members of the planned ring (before a plan: every active member in join order). */
   ring: number[];
-  links: Array<{ a: number; b: number; state: RingLinkStatus['state']; kind: RingLinkStatus['kind']; rttMs: number | undefined }>;
+  links: Array<{ a: number; b: number; state: RingLinkStatus['state']; kind: RingLinkStatus['kind']; rttMs: number | undefined; throughputMBps?: number }>;
 }
 
 export interface HostEvents {
@@ -197,7 +197,7 @@ export class HostSession extends EventEmitter<HostEvents> {
         addresses: m.addresses, lastSeenMs: m.lastSeenMs, capabilities: m.capabilities,
       })),
       ring: this.ring(),
-      links: [...this.ringLinks.values()].map((l) => ({ a: l.a, b: l.b, state: l.state, kind: l.kind, rttMs: l.rttMs })),
+      links: [...this.ringLinks.values()].map((l) => ({ a: l.a, b: l.b, state: l.state, kind: l.kind, rttMs: l.rttMs, ...(l.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) })),
     };
   }
 
@@ -332,7 +332,7 @@ export class HostSession extends EventEmitter<HostEvents> {
         conn.link.close('left');
         return;
       case 'link-status':
-        this.onLinkStatus(conn.peer, { peer: msg.peer, state: 'up', kind: msg.kind, rttMs: msg.rttMs });
+        this.onLinkStatus(conn.peer, { peer: msg.peer, state: 'up', kind: msg.kind, rttMs: msg.rttMs, ...(msg.throughputMBps !== undefined ? { throughputMBps: msg.throughputMBps } : {}) });
         return;
       case 'link-down':
         this.onLinkStatus(conn.peer, { peer: msg.peer, state: msg.state, kind: undefined, rttMs: undefined, error: msg.reason });
@@ -442,7 +442,8 @@ export class HostSession extends EventEmitter<HostEvents> {
     const key = `${Math.min(reporter, s.peer)}-${Math.max(reporter, s.peer)}`;
     const entry = this.ringLinks.get(key);
     if (entry === undefined) return;
-    const next = { ...entry, state: s.state, kind: s.kind ?? entry.kind, rttMs: s.rttMs ?? entry.rttMs };
+    const throughputMBps = s.throughputMBps ?? entry.throughputMBps;
+    const next = { ...entry, state: s.state, kind: s.kind ?? entry.kind, rttMs: s.rttMs ?? entry.rttMs, ...(throughputMBps !== undefined ? { throughputMBps } : {}) };
     this.ringLinks.set(key, next);
     // Both ends report a link; announce it when its state changes or its first RTT arrives.
     if (next.state !== entry.state || next.kind !== entry.kind || (entry.rttMs === undefined && next.rttMs !== undefined)) this.emit('link', next);

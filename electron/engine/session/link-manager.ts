@@ -1,12 +1,14 @@
 // Ring links between session participants: the host hands each pair of ring neighbours a fresh
 // link key; the initiator tries the responder's direct addresses (WebSocket) and falls back to a
 // link relayed by the rendezvous. Either way the link is a secure-link (authenticated, encrypted).
-// Each link's RTT is measured once it is up; the statuses feed the planner and `status()`.
+// Each link's RTT and throughput are measured once it is up; the statuses feed the planner, the
+// choice of each link's activation encoding, and `status()`.
 import { EventEmitter } from 'node:events';
 import { isKiwiError } from '../errors.js';
 import { RelayChannel } from '../rendezvous/protocol.js';
 import type { Link } from '../transport/link.js';
 import type { LinkRole } from '../transport/secure-channel.js';
+import { measureThroughput } from '../transport/link-throughput.js';
 import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
 import { wsUrls } from '../transport/addresses.js';
 import { dialDirect, listenDirect, type DirectListener } from '../transport/ws.js';
@@ -26,6 +28,8 @@ export interface RingLinkStatus {
   state: 'connecting' | 'up' | 'failed' | 'closed';
   kind: 'direct' | 'relayed' | undefined;
   rttMs: number | undefined;
+  /** Bulk bytes it carries, MB/s (10^6 bytes), measured with the RTT. */
+  throughputMBps?: number;
   error?: string;
 }
 
@@ -202,7 +206,15 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
       }
     }
     samples.sort((x, y) => x - y);
-    if (entry.link === secure) this.setStatus(entry, { ...entry.status, rttMs: samples[1] });
+    const rttMs = samples[1]!;
+    // Published with the RTT, so whoever waits for a measured link gets both.
+    let throughputMBps: number | undefined;
+    try {
+      throughputMBps = (await measureThroughput(secure, rttMs)).throughputMBps;
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+    }
+    if (entry.link === secure) this.setStatus(entry, { ...entry.status, rttMs, ...(throughputMBps !== undefined ? { throughputMBps } : {}) });
   }
 
   private current(entry: Entry): boolean {

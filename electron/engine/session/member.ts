@@ -168,7 +168,7 @@ export class MemberSession extends EventEmitter<MemberEvents> {
       this.emit('link', s);
       if (control.closed) return;
       if (s.state === 'up' && s.kind !== undefined && s.rttMs !== undefined) {
-        control.send(encodeControl({ type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs }));
+        control.send(encodeControl({ type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs, ...(s.throughputMBps !== undefined ? { throughputMBps: s.throughputMBps } : {}) }));
       } else if (s.state === 'closed' || s.state === 'failed') {
         control.send(encodeControl({ type: 'link-down', peer: s.peer, state: s.state, reason: (s.error ?? s.state).slice(0, 200) }));
       }

@@ -40,7 +40,10 @@ export const MemberToHost = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('heartbeat') }),
   z.strictObject({ type: z.literal('capabilities'), capabilities }),
   z.strictObject({ type: z.literal('leave') }),
-  z.strictObject({ type: z.literal('link-status'), peer, kind: z.enum(['direct', 'relayed']), rttMs: z.number().nonnegative().max(600_000) }),
+  z.strictObject({
+    type: z.literal('link-status'), peer, kind: z.enum(['direct', 'relayed']), rttMs: z.number().nonnegative().max(600_000),
+    throughputMBps: z.number().positive().max(1e6).optional(),
+  }),
   /** A ring link closed or could not be established: the host re-plans at once rather than waiting for silence. */
   z.strictObject({ type: z.literal('link-down'), peer, state: z.enum(['closed', 'failed']), reason: z.string().max(200) }),
   /** Pipeline traffic (assignments, readiness, weights); its body is validated by engine/pipeline. */

@@ -17,6 +17,9 @@ const NONCE_BYTES = 32;
 const MAX_LINK_ID_BYTES = 64;
 const CONFIRM = new TextEncoder().encode('kiwi link confirm v1');
 const MAX_PENDING_PINGS = 16;
+/** The most padding a PING may carry: a padded PING times how fast the link carries bulk bytes. */
+export const MAX_PING_PADDING_BYTES = 1024 * 1024;
+const PING_ID_BYTES = 8;
 
 export interface LinkSecret {
   secret: Uint8Array;
@@ -86,8 +89,14 @@ export class SecureLink {
     else this.closeListeners.push(listener);
   }
 
-  /** One round trip of a PING, in milliseconds. */
-  ping(timeoutMs = 5000): Promise<number> {
+  /**
+   * One round trip of a PING, in milliseconds. With `paddingBytes` the PING carries that many more
+   * bytes (its PONG only the id), so the time beyond the bare round trip is the padding's transfer.
+   */
+  ping(timeoutMs = 5000, paddingBytes = 0): Promise<number> {
+    if (!(Number.isInteger(paddingBytes) && paddingBytes >= 0 && paddingBytes <= MAX_PING_PADDING_BYTES)) {
+      return Promise.reject(new KiwiError('USAGE', `PING padding must be 0 to ${MAX_PING_PADDING_BYTES} bytes.`));
+    }
     if (this.pings.size >= MAX_PENDING_PINGS) return Promise.reject(new KiwiError('LINK_BUSY', 'Too many RTT probes are outstanding on this link.'));
     const id = randomBytes(8);
     const key = id.toString('hex');
@@ -98,7 +107,7 @@ export class SecureLink {
       }, timeoutMs);
       this.pings.set(key, { started: performance.now(), resolve, reject, timer });
       try {
-        this.link.send(this.frame(FrameType.PING, id));
+        this.link.send(this.frame(FrameType.PING, paddingBytes > 0 ? Buffer.concat([id, Buffer.alloc(paddingBytes)]) : id));
       } catch (err) {
         clearTimeout(timer);
         this.pings.delete(key);
@@ -167,8 +176,10 @@ export class SecureLink {
         else this.early.push(payload);
         return;
       case FrameType.PING:
-        if (payload.length !== 8) throw new KiwiError('LINK_PROTOCOL_VIOLATION', 'A PING must carry 8 bytes.');
-        this.link.send(this.frame(FrameType.PONG, payload));
+        if (payload.length < PING_ID_BYTES || payload.length > PING_ID_BYTES + MAX_PING_PADDING_BYTES) {
+          throw new KiwiError('LINK_PROTOCOL_VIOLATION', `A PING must carry an 8-byte id and at most ${MAX_PING_PADDING_BYTES} bytes of padding.`);
+        }
+        this.link.send(this.frame(FrameType.PONG, payload.subarray(0, PING_ID_BYTES)));
         return;
       case FrameType.PONG: {
         const key = Buffer.from(payload).toString('hex');
