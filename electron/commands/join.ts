@@ -35,6 +35,7 @@ export const joinCommand = defineCommand({
     'heartbeat-ms': { type: 'string', valueName: 'MS', description: 'Interval of heartbeats to the host', default: '5000' },
     model: { type: 'string', valueName: 'FILE', description: 'This machine\'s own copy of the host\'s model (else its layers come from the host)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for this member\'s stage (default: all cores)' },
+    advertise: { type: 'string', valueName: 'URLS', description: 'ws:// addresses (comma-separated) to advertise for direct ring links instead of the listener\'s own, e.g. a port forward' },
     'keep-free-mb': { type: 'string', valueName: 'MB', description: 'Memory (VRAM with CUDA) to leave free for other programs: below it, ask the host for fewer layers instead of running out' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graph in memory instead of using the shard cache' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
@@ -46,6 +47,10 @@ export const joinCommand = defineCommand({
     const capabilitiesFile = stringOption(ctx, 'capabilities');
     const capabilities = capabilitiesFile !== undefined ? await readCapabilities(capabilitiesFile) : undefined;
     const code = ctx.positionals.join(' ');
+    const advertise = stringOption(ctx, 'advertise')?.split(',').map((u) => u.trim()).filter((u) => u !== '');
+    if (advertise !== undefined && (advertise.length > 8 || advertise.some((u) => !/^wss?:\/\/\S+$/.test(u)))) {
+      throw new KiwiError('USAGE', '--advertise takes up to 8 comma-separated ws:// or wss:// URLs');
+    }
     // Without an address, look for the host's announcement on the LAN.
     const rendezvousUrl = stringOption(ctx, 'rendezvous') ?? process.env.KIWI_RENDEZVOUS ?? (await findOnLan(parseSessionCode(code).nameplate, { signal: ctx.signal }))[0] as string;
     const member = new MemberSession({
@@ -56,6 +61,7 @@ export const joinCommand = defineCommand({
       ...(capabilities !== undefined ? { capabilities } : {}),
       heartbeatMs: intOption(stringOption(ctx, 'heartbeat-ms') ?? '5000', 'heartbeat-ms', 10, 3_600_000),
       ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
+      ...(advertise !== undefined ? { advertise } : {}),
     });
     member.on('joined', (j) => print('joined', { peer: j.peer, state: j.state, member_id: member.memberId, rejoin: j.rejoin },
       j.state === 'active' ? 'joined the session' : 'waiting for the host to approve'));
