@@ -18,6 +18,10 @@ export type KiwiErrorCode =
   | 'PLAN_TOO_MANY_DEVICES'
   | 'BENCH_FAILED'
   | 'RUNTIME_SESSION_FAILED'
+  | 'RUNTIME_RUN_FAILED'
+  /** The worker thread running a stage died; its runs fail instead of hanging. */
+  | 'RUNTIME_WORKER_FAILED'
+  | 'RUNTIME_SESSION_CLOSED'
   | 'RANGE_OUT_OF_MODEL'
   | 'CONTEXT_EXCEEDED'
   | 'KV_POOL_EXHAUSTED'

@@ -1,6 +1,7 @@
 // The one module that talks to onnxruntime-node: picks the execution provider (CUDA, DirectML,
 // else CPU, or an explicit override), tunes the CPU path, creates sessions and runs them.
-// Everything else in the engine sees plain typed arrays and `OrtValue`s from here.
+// Everything else in the engine sees plain typed arrays and `OrtValue`s from here. The session
+// runs here, in-thread; ort-worker-session.ts runs the same session on a worker thread.
 import * as ort from 'onnxruntime-node';
 import os from 'node:os';
 import { existsSync } from 'node:fs';
@@ -27,6 +28,11 @@ export interface StageSession {
   /**
    * Runs the session. `fetches` names the outputs to return: a tensor to write into (it may be
    * an input's tensor: GroupQueryAttention then updates its cache in place) or null to allocate.
+   * The buffers of tensors given in `fetches` may move to another thread during the run (a
+   * worker session); once run settles, succeeded or failed, `fetches[name]` holds the tensor to
+   * use from then on, with the output written into it (in-thread: the same tensor).
+   * A failed run rejects with a KiwiError (RUNTIME_RUN_FAILED, or RUNTIME_WORKER_FAILED when a
+   * worker thread died).
    */
   run(feeds: OrtFeeds, fetches?: Record<string, ort.Tensor | null>): Promise<Record<string, ort.Tensor>>;
   dispose(): Promise<void>;
@@ -109,11 +115,43 @@ export async function createStageSession(
       skipped,
       inputNames: session.inputNames,
       outputNames: session.outputNames,
-      run: (feeds, fetches) => (fetches !== undefined ? session.run(feeds, fetches) : session.run(feeds)) as Promise<Record<string, ort.Tensor>>,
+      run: async (feeds, fetches) => {
+        let out: Record<string, ort.Tensor>;
+        try {
+          out = { ...((await (fetches !== undefined ? session.run(feeds, fetches) : session.run(feeds))) as Record<string, ort.Tensor>) };
+        } catch (err) {
+          throw runFailed(err);
+        }
+        // A given output tensor holds the result; onnxruntime-node returns a copy of it besides.
+        for (const [name, t] of Object.entries(fetches ?? {})) if (t !== null) out[name] = t;
+        return out;
+      },
       dispose: () => session.release(),
     };
   }
   throw new KiwiError('RUNTIME_SESSION_FAILED', 'no execution provider could start');
+}
+
+/** An onnxruntime error of a run (shapes, memory) as the KiwiError both session kinds report. */
+export function runFailed(err: unknown): KiwiError {
+  if (err instanceof KiwiError) return err;
+  return new KiwiError('RUNTIME_RUN_FAILED', `onnxruntime failed to run the stage: ${(err as Error).message ?? String(err)}`);
+}
+
+/** The typed arrays that cross between sessions and their callers. */
+export type TensorData = Float32Array | Int32Array | BigInt64Array;
+
+/** A tensor over `data` (float32, int32 or int64 by its array type); no copy. */
+export function tensorOf(data: TensorData, dims: readonly number[]): ort.Tensor {
+  if (data instanceof Float32Array) return new ort.Tensor('float32', data, dims);
+  if (data instanceof Int32Array) return new ort.Tensor('int32', data, dims);
+  return new ort.Tensor('int64', data, dims);
+}
+
+/** The data of a float32, int32 or int64 tensor (the only types stage graphs use). */
+export function tensorData(t: ort.Tensor, what: string): TensorData {
+  if (t.type === 'float32' || t.type === 'int32' || t.type === 'int64') return t.data as TensorData;
+  throw new Error(`tensor ${what} has type ${t.type}; stage sessions carry float32, int32 and int64 only`);
 }
 
 export function f32Tensor(data: Float32Array, dims: readonly number[]): ort.Tensor {

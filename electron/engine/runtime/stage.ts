@@ -2,10 +2,13 @@
 // of the first stage) and its forward pass for prefill (one request, many tokens) and decode
 // (many requests, one token each). The KV cache of each request lives in a KvCache owned by the
 // caller; forward() appends to it. Stage.open builds the graph or takes it from the shard cache.
+// The onnxruntime session runs on a worker thread by default (ort-worker-session.ts): the K/V
+// buffers move there for each run and come back, so a cache's arrays are replaced by every forward.
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { KiwiError } from '../errors.js';
 import { availableProviders, createStageSession, f32Tensor, i32Tensor, tensorF32 } from './ort-session.js';
 import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from './ort-session.js';
+import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js';
 import { IO, attentionHeadDim, buildStageGraph } from './stage-graph.js';
 import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
 import { encodeModel } from './onnx/onnx-graph.js';
@@ -28,6 +31,7 @@ export interface KvCache {
   capacity: number;
   /** Positions the buffers hold now: length <= allocated <= capacity. */
   allocated: number;
+  /** Replaced (not written in place) by each forward: hold the cache, not its arrays. */
   keys: Float32Array[];
   values: Float32Array[];
 }
@@ -41,6 +45,9 @@ export interface StageOptions extends Partial<StageGraphOptions> {
   /** Where built shards are kept; without it every start builds the graph in memory (protobuf's
    * 2 GiB limit then caps the stage's size: real models should use the cache). */
   cache?: ShardCache;
+  /** Run the onnxruntime session on a worker thread, keeping the event loop free during forward
+   * passes. Default: yes, unless KIWI_STAGE_WORKER=0 (in-thread, for comparison). */
+  worker?: boolean;
 }
 
 /** How a stage came to be (for logs and benchmarks). */
@@ -84,31 +91,19 @@ export class Stage {
     const provider = opts.provider ?? availableProviders()[0]!;
     // Without an override the factory may fall back to the next provider if the best fails to start.
     const sessionOpts = { ...(opts.provider !== undefined ? { provider } : {}), ...(opts.threads !== undefined ? { threads: opts.threads } : {}) };
-    const embedding = plan.start === 0 ? await EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : undefined;
-    const t0 = performance.now();
-    const key = opts.cache && {
-      model: await modelFingerprint(file),
-      start: plan.start,
-      end: plan.end,
-      head: plan.head,
-      accuracyLevel,
-      maxPositions: shape.maxPositions,
-      provider,
-    };
-    const cached = opts.cache && key && (await opts.cache.lookup(key, file.path));
-    let model: string | Uint8Array;
-    let source: StageOrigin['source'] = 'cache';
-    if (cached !== undefined) {
-      model = cached;
-    } else {
-      source = 'built';
-      const weights = await loadStageWeights(file, shape, plan);
-      const graph = buildStageGraph(shape, weights, { accuracyLevel });
-      model = opts.cache && key ? await opts.cache.store(key, file.path, graph) : encodeModel(graph).model;
+    // The worker thread starts first: it loads onnxruntime while the graph is read or built.
+    const worker = (opts.worker ?? stageWorkerEnabled()) ? startSessionWorker() : undefined;
+    let prepared: PreparedModel;
+    try {
+      prepared = await prepareModel(file, shape, plan, opts.cache, accuracyLevel, provider);
+    } catch (err) {
+      await worker?.dispose();
+      throw err;
     }
+    const { model, embedding, source, buildMs } = prepared;
     const t1 = performance.now();
-    const session = await createStageSession(model, sessionOpts);
-    const stage = new Stage(plan, shape, session, embedding, { source, buildMs: source === 'built' ? t1 - t0 : 0, sessionMs: 0 });
+    const session = worker !== undefined ? await worker.create(model, sessionOpts) : await createStageSession(model, sessionOpts);
+    const stage = new Stage(plan, shape, session, embedding, { source, buildMs, sessionMs: 0 });
     try {
       // onnxruntime initializes kernels lazily on the first run: pay that here, not in the first request.
       await stage.run(new Float32Array(shape.hidden), [stage.emptyCache(1)], 1, 1);
@@ -181,6 +176,10 @@ export class Stage {
     const { kvHeads, hidden } = this.shape;
     const headDim = attentionHeadDim(this.shape); // the cache holds padded heads
     for (const c of caches) {
+      const size = kvHeads * c.allocated * headDim;
+      if (c.keys.some((k) => k.length !== size) || c.values.some((v) => v.length !== size)) {
+        throw new Error('forward: a KV cache is in use by another forward pass (or was lost with its stage)');
+      }
       if (c.length + seq > c.capacity) {
         throw new KiwiError('CONTEXT_EXCEEDED', `the request needs ${c.length + seq} positions but its KV cache holds ${c.capacity}`, {
           positions: c.length + seq,
@@ -218,7 +217,22 @@ export class Stage {
       fetches[IO.presentValue(L)] = vt;
     }
 
-    const out = await this.session.run(feeds, fetches);
+    let out: Record<string, OrtTensor>;
+    try {
+      out = await this.session.run(feeds, fetches);
+    } finally {
+      // A worker session moved the K/V buffers to its thread and back: use the returned arrays.
+      for (let i = 0; i < layers; i++) {
+        const L = this.plan.start + i;
+        const k = tensorF32(fetches[IO.presentKey(L)] ?? undefined, IO.presentKey(L));
+        const v = tensorF32(fetches[IO.presentValue(L)] ?? undefined, IO.presentValue(L));
+        packed[i] = [k, v];
+        if (single) {
+          caches[0]!.keys[i] = k;
+          caches[0]!.values[i] = v;
+        }
+      }
+    }
 
     if (!single) {
       // Copy each row's new positions back from the packed buffers.
@@ -237,6 +251,42 @@ export class Stage {
   dispose(): Promise<void> {
     return this.session.dispose();
   }
+}
+
+interface PreparedModel {
+  /** A model file in the shard cache, or the encoded bytes. */
+  model: string | Uint8Array;
+  embedding: EmbeddingTable | undefined;
+  source: StageOrigin['source'];
+  buildMs: number;
+}
+
+/** The stage's ONNX model: from the shard cache, else read, repacked and built (and stored). */
+async function prepareModel(
+  file: GgufFile,
+  shape: DecoderShape,
+  plan: StagePlan,
+  cache: ShardCache | undefined,
+  accuracyLevel: NonNullable<StageOptions['accuracyLevel']>,
+  provider: ExecutionProvider,
+): Promise<PreparedModel> {
+  const embedding = plan.start === 0 ? await EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : undefined;
+  const t0 = performance.now();
+  const key = cache && {
+    model: await modelFingerprint(file),
+    start: plan.start,
+    end: plan.end,
+    head: plan.head,
+    accuracyLevel,
+    maxPositions: shape.maxPositions,
+    provider,
+  };
+  const cached = cache && key && (await cache.lookup(key, file.path));
+  if (cached !== undefined) return { model: cached, embedding, source: 'cache', buildMs: 0 };
+  const weights = await loadStageWeights(file, shape, plan);
+  const graph = buildStageGraph(shape, weights, { accuracyLevel });
+  const model = cache && key ? await cache.store(key, file.path, graph) : encodeModel(graph).model;
+  return { model, embedding, source: 'built', buildMs: performance.now() - t0 };
 }
 
 /** [batch, kvHeads, cap, headDim] holding each row's filled positions. */

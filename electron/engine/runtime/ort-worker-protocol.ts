@@ -1,0 +1,70 @@
+// The messages between a stage session's worker thread (ort-worker.ts) and its client in the
+// calling thread (ort-worker-session.ts). Plain data only, so they cross postMessage; big buffers
+// (K/V caches, hidden states, logits) travel in transfer lists, moved rather than copied.
+import { KiwiError } from '../errors.js';
+import { tensorData, tensorOf } from './ort-session.js';
+import type { ExecutionProvider, OrtTensor, SessionFactoryOptions, TensorData } from './ort-session.js';
+
+export interface WireTensor {
+  data: TensorData;
+  dims: number[];
+}
+
+/** Where an output goes: a new tensor (null), a feed's tensor (updated in place), or a given tensor. */
+export type WireFetch = null | { feed: string } | { tensor: WireTensor };
+
+export type ToWorker =
+  | { type: 'create'; model: string | Uint8Array; opts: SessionFactoryOptions }
+  /** fetches undefined: every output of the graph, each in a new tensor. */
+  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: Record<string, WireFetch> | undefined }
+  /** Releases the session; the thread stays for another create. */
+  | { type: 'dispose' }
+  /** Ends the thread by letting its event loop run empty. terminate() is kept for threads that do
+   * not answer: terminating one whose session was released can abort the whole process in
+   * onnxruntime-node's teardown ("terminate called after throwing an instance of 'Napi::Error'"). */
+  | { type: 'close' };
+
+export interface WireError {
+  code: string | undefined;
+  message: string;
+  details: Record<string, unknown>;
+}
+
+export type FromWorker =
+  | { type: 'created'; provider: ExecutionProvider; skipped: string[]; inputNames: string[]; outputNames: string[] }
+  | { type: 'create-failed'; error: WireError }
+  /** outputs: every fetch, bound ones with the moved buffers coming back. */
+  | { type: 'ran'; id: number; outputs: Record<string, WireTensor> }
+  /** returned: the bound fetches' buffers, so the caller keeps its cache after a failed run. */
+  | { type: 'run-failed'; id: number; error: WireError; returned: Record<string, WireTensor> }
+  | { type: 'disposed' };
+
+export function toWire(t: OrtTensor, what: string): WireTensor {
+  return { data: tensorData(t, what), dims: [...t.dims] };
+}
+
+export function fromWire(w: WireTensor): OrtTensor {
+  return tensorOf(w.data, w.dims);
+}
+
+/** Buffers that can move with a message: each array's whole buffer, once. A view of part of a
+ * buffer (a subarray, a pooled Buffer) is left to be copied. */
+export function transferables(arrays: Iterable<ArrayBufferView>): ArrayBuffer[] {
+  const out = new Set<ArrayBuffer>();
+  for (const data of arrays) {
+    const buf = data.buffer;
+    if (buf instanceof ArrayBuffer && data.byteOffset === 0 && data.byteLength === buf.byteLength && buf.byteLength > 0) out.add(buf);
+  }
+  return [...out];
+}
+
+export function errorToWire(err: unknown): WireError {
+  if (err instanceof KiwiError) return { code: err.code, message: err.message, details: { ...err.details } };
+  return { code: undefined, message: err instanceof Error ? err.message : String(err), details: {} };
+}
+
+/** The caller's side of a worker error: KiwiErrors keep their code, anything else gets `fallback`. */
+export function errorFromWire(e: WireError, fallback: string, prefix: string): KiwiError {
+  if (e.code !== undefined) return new KiwiError(e.code, e.message, e.details);
+  return new KiwiError(fallback, `${prefix}: ${e.message}`, e.details);
+}

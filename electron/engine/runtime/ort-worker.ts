@@ -1,0 +1,86 @@
+// The worker thread of a stage session (started by ort-worker-session.ts): it owns one onnxruntime
+// session at a time, so the native run blocks this thread instead of the process's event loop.
+// Messages are handled one at a time, in order, so a dispose waits for the runs sent before it.
+import { parentPort, workerData } from 'node:worker_threads';
+import { createStageSession } from './ort-session.js';
+import type { OrtTensor, StageSession } from './ort-session.js';
+import { gated } from './ort-worker-gate.js';
+import type { Gate } from './ort-worker-gate.js';
+import { errorToWire, fromWire, toWire, transferables } from './ort-worker-protocol.js';
+import type { FromWorker, ToWorker, WireFetch, WireTensor } from './ort-worker-protocol.js';
+
+const port = parentPort;
+if (port === null) throw new Error('ort-worker.ts runs as a worker thread (see ort-worker-session.ts)');
+
+const gate = (workerData as { gate: Gate }).gate;
+let session: StageSession | undefined;
+let queue: Promise<void> = Promise.resolve();
+
+function reply(m: FromWorker, tensors: Iterable<WireTensor> = []): void {
+  const transfer = transferables([...tensors].map((t) => t.data));
+  try {
+    port!.postMessage(m, transfer);
+  } catch (err) {
+    // A buffer that cannot move (one onnxruntime owns, say) is copied instead.
+    if ((err as Error).name !== 'DataCloneError' || transfer.length === 0) throw err;
+    port!.postMessage(m);
+  }
+}
+
+async function handle(m: ToWorker): Promise<void> {
+  switch (m.type) {
+    case 'create':
+      try {
+        const s = await gated(gate, () => createStageSession(m.model, m.opts));
+        if (s === undefined) return; // the process is exiting
+        session = s;
+        reply({ type: 'created', provider: s.provider, skipped: s.skipped, inputNames: [...s.inputNames], outputNames: [...s.outputNames] });
+      } catch (err) {
+        reply({ type: 'create-failed', error: errorToWire(err) });
+      }
+      return;
+    case 'run':
+      return run(m.id, m.feeds, m.fetches);
+    case 'dispose':
+      if (session !== undefined) await gated(gate, session.dispose.bind(session));
+      session = undefined;
+      // The thread stays for the next session (ort-worker-pool.ts) until told to close.
+      reply({ type: 'disposed' });
+      return;
+    case 'close':
+      port!.close();
+      return;
+  }
+}
+
+async function run(id: number, wireFeeds: Record<string, WireTensor>, wireFetches: Record<string, WireFetch> | undefined): Promise<void> {
+  const feeds: Record<string, OrtTensor> = {};
+  for (const [name, w] of Object.entries(wireFeeds)) feeds[name] = fromWire(w);
+  let fetches: Record<string, OrtTensor | null> | undefined;
+  if (wireFetches !== undefined) {
+    fetches = {};
+    for (const [name, f] of Object.entries(wireFetches)) fetches[name] = f === null ? null : 'feed' in f ? feeds[f.feed]! : fromWire(f.tensor);
+  }
+  // Outputs written into given tensors go back in those tensors (onnxruntime-node returns a copy).
+  const given = (): Record<string, WireTensor> => {
+    const out: Record<string, WireTensor> = {};
+    for (const [name, t] of Object.entries(fetches ?? {})) if (t !== null) out[name] = toWire(t, name);
+    return out;
+  };
+  try {
+    if (session === undefined) throw new Error('the session is not open');
+    const s = session;
+    const result = await gated(gate, () => (fetches !== undefined ? s.run(feeds, fetches) : s.run(feeds)));
+    if (result === undefined) return; // the process is exiting
+    const outputs = given();
+    for (const [name, t] of Object.entries(result)) if (outputs[name] === undefined) outputs[name] = toWire(t, name);
+    reply({ type: 'ran', id, outputs }, Object.values(outputs));
+  } catch (err) {
+    const returned = given();
+    reply({ type: 'run-failed', id, error: errorToWire(err), returned }, Object.values(returned));
+  }
+}
+
+port.on('message', (m: ToWorker) => {
+  queue = queue.then(() => handle(m));
+});
