@@ -18,6 +18,8 @@ import { hostedRing, ringModelOptions } from '../engine/hosting/ring-control.js'
 import { createHost } from '../engine/session/host.js';
 import { parseWirePolicy, type WirePolicy } from '../engine/pipeline/link-wire.js';
 import type { SessionHostOptions, StageStatus } from '../engine/pipeline/session-host.js';
+import { deviceFromCapabilities } from '../engine/pipeline/session-fleet.js';
+import { readCapabilities } from './capabilities-file.js';
 import { booleanOption, defineCommand, stringOption, type CommandContext } from './command.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
@@ -43,6 +45,7 @@ export const hostCommand = defineCommand({
     'auto-approve': { type: 'boolean', description: 'Admit everyone who knows the code without asking' },
     expect: { type: 'string', valueName: 'N', description: 'Report when N members have joined; with --model, plan the ring then (else after --settle-ms)' },
     listen: { type: 'string', valueName: 'ADDR', description: 'Address for direct ring links', default: '0.0.0.0' },
+    capabilities: { type: 'string', valueName: 'FILE', description: 'This machine\'s device summary for the planner (the output of `kiwi bench --json`; default: its RAM)' },
     'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
     'heartbeat-timeout': { type: 'string', valueName: 'S', description: 'Seconds of silence after which a member leaves the ring and the ring is re-planned (default 15); a member is forgotten after 8 times as long, at least 120 s' },
     'recovery-timeout': { type: 'string', valueName: 'S', description: 'Seconds requests wait for enough members to hold the model again before they fail (default 120)' },
@@ -260,6 +263,7 @@ async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeo
   const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
   const options: SessionHostOptions = {
     ...(await ringModelOptions(model)),
+    ...(await hostDeviceOption(ctx)),
     ...(stringOption(ctx, 'model-url') !== undefined ? { modelUrl: stringOption(ctx, 'model-url') } : {}),
     session: {},
     ...(expect !== undefined ? { expect } : {}),
@@ -298,4 +302,13 @@ async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeo
     if (!isKiwiError(err) && !ctx.signal.aborted) throw err;
   });
   return { ring, server };
+}
+
+/** --capabilities: the host as the planner sees it, from its device summary (else ringModelOptions' stand-in, all its RAM). */
+async function hostDeviceOption(ctx: Ctx): Promise<Pick<SessionHostOptions, 'hostDevice'> | Record<string, never>> {
+  const file = stringOption(ctx, 'capabilities');
+  if (file === undefined) return {};
+  const hostDevice = deviceFromCapabilities(await readCapabilities(file));
+  if (hostDevice === undefined) throw new KiwiError('USAGE', `${file} has no device summary (fleet_device with memory_bytes); use the output of 'kiwi bench --json'.`);
+  return { hostDevice };
 }

@@ -2,7 +2,6 @@
 // reconnects after a dropped connection and takes part in ring links. When the host assigns a layer
 // range it loads those layers (its own --model copy, earlier transfers, or streamed from the host)
 // and runs them in the ring (engine/pipeline/ring-member.ts). A wrong code exits non-zero.
-import { readFile, stat } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { createInterface } from 'node:readline';
 import { isKiwiError, KiwiError } from '../engine/errors.js';
@@ -13,6 +12,7 @@ import { RingMember } from '../engine/pipeline/ring-member.js';
 import { ShardCache } from '../engine/runtime/shard-cache.js';
 import { MemberSession } from '../engine/session/member.js';
 import { parseSessionCode } from '../engine/session/session-code.js';
+import { readCapabilities } from './capabilities-file.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
@@ -125,23 +125,3 @@ export const joinCommand = defineCommand({
     return 0;
   },
 });
-
-const MAX_CAPABILITIES_BYTES = 32 * 1024;
-
-async function readCapabilities(path: string): Promise<Record<string, unknown>> {
-  let size: number;
-  try {
-    size = (await stat(path)).size;
-  } catch {
-    throw new KiwiError('FILE_NOT_FOUND', `Cannot read ${path}. Create it with 'kiwi bench --json > ${path}'.`);
-  }
-  if (size > MAX_CAPABILITIES_BYTES) throw new KiwiError('USAGE', `${path} is ${size} bytes; a device summary is at most ${MAX_CAPABILITIES_BYTES}.`);
-  let value: unknown;
-  try {
-    value = JSON.parse(await readFile(path, 'utf8'));
-  } catch {
-    throw new KiwiError('USAGE', `${path} is not JSON; use the output of 'kiwi bench --json'.`);
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new KiwiError('USAGE', `${path} must hold one JSON object.`);
-  return value as Record<string, unknown>;
-}

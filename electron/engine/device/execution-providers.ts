@@ -3,6 +3,9 @@
 // listed but whose driver or library is missing fails here, with its reason kept for the report.
 // (The runtime's session factory picks among the providers; this probe only reports them. It
 // imports onnxruntime itself because the runtime depends on device/, not the other way round.)
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import onnxProto from 'onnx-proto';
 
 export interface ProviderProbe {
@@ -34,6 +37,20 @@ export function tinyAddModel(): Uint8Array {
   return onnx.ModelProto.encode(model).finish();
 }
 
+/** Providers that ship as a separate shared library, which the npm install may have skipped. */
+const SEPARATE_LIBRARY = new Set(['cuda', 'tensorrt']);
+
+/**
+ * Whether a provider's library is present beside onnxruntime-node's binary. Asking onnxruntime for
+ * a provider whose library is missing prints error lines on stderr before it fails, so look first.
+ */
+export function providerLibraryInstalled(name: string): boolean {
+  if (!SEPARATE_LIBRARY.has(name)) return true;
+  const require = createRequire(import.meta.url);
+  const dir = join(dirname(require.resolve('onnxruntime-node/package.json')), 'bin', 'napi-v6', process.platform, process.arch);
+  return existsSync(join(dir, process.platform === 'win32' ? `onnxruntime_providers_${name}.dll` : `libonnxruntime_providers_${name}.so`));
+}
+
 /** Probes every backend onnxruntime-node lists; the CPU provider is always among them. */
 export async function probeExecutionProviders(): Promise<ProviderProbe[]> {
   // Loaded lazily so that the rest of the device probe works where the native binary cannot load.
@@ -42,6 +59,10 @@ export async function probeExecutionProviders(): Promise<ProviderProbe[]> {
   const model = tinyAddModel();
   const out: ProviderProbe[] = [];
   for (const backend of listed) {
+    if (!providerLibraryInstalled(backend.name)) {
+      out.push({ name: backend.name, bundled: backend.bundled, works: false, error: `the ${backend.name} provider library is not installed (onnxruntime-node's install skipped it)` });
+      continue;
+    }
     let session: Awaited<ReturnType<typeof ort.InferenceSession.create>> | null = null;
     try {
       session = await ort.InferenceSession.create(model, { executionProviders: [backend.name], logSeverityLevel: 4 });

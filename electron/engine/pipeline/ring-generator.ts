@@ -7,9 +7,13 @@
 //
 // Recovery (a member died, the ring is re-planned): a step that fails with a ring error does not end
 // its requests. They are held, the host is told (onRingFault), and no step starts until resume()
-// hands over the next ring's engine. Then every live request replays its prompt plus the tokens
-// generated so far as one prefill (its caches on the old ring are gone), and the next token
-// follows exactly as if nothing happened: the client's stream simply continues.
+// hands over the next ring's engine. Then every live request rebuilds its caches there (those on
+// the old ring are gone) by the same computation that built them: its prompt as one prefill, then
+// the tokens generated so far as decode steps, batched with the other requests' steps (a decode
+// row's result does not depend on its batch). The next token follows bit for bit as if nothing
+// happened, and the client's stream simply continues. One prefill of prompt + generated tokens
+// would be quicker but is exact only up to float rounding (its attention sums in another order,
+// runtime/recompute.test.ts), which flips near-tied tokens: a stream could change mid-way.
 import { isKiwiError, KiwiError } from '../errors.js';
 import { sampleNext, settle, type FinishReason, type GenerateParams, type GenerateResult, type RequestProgress } from '../runtime/generation.js';
 import type { KvBlockPool, KvReservation } from '../runtime/kv-pool.js';
@@ -34,11 +38,13 @@ const RING_FAULTS = new Set(['RING_BROKEN', 'RING_PROTOCOL', 'RING_NOT_READY', '
 interface Active extends RequestProgress {
   id: number;
   reservation: KvReservation;
-  /** Positions in its caches on the current ring; 0: the next step is a prefill of `history`. */
+  /**
+   * Positions in its caches on the current ring. 0: the next step is the prompt's prefill; below
+   * history.length: the next step feeds history[pos] (a decode step, or a replay after a re-plan).
+   */
   pos: number;
   /** Steps of this request that failed with the ring. */
   faults: number;
-  pending: number | undefined;
   /** Set once resolved or rejected. */
   done: boolean;
   /** In a step now: its caches are in use until the step returns. */
@@ -152,7 +158,7 @@ export class RingGenerator {
     const r = reservation;
     return new Promise<GenerateResult>((resolve, reject) => {
       const a: Active = {
-        id, p, maxTokens, reservation: r, pos: 0, faults: 0, history: [...p.promptIds], ids: [], pending: undefined,
+        id, p, maxTokens, reservation: r, pos: 0, faults: 0, history: [...p.promptIds], ids: [],
         stop: new StopMatcher(p.stop ?? []), done: false, stepping: false, onAbort: () => this.abort(a),
         t0: performance.now(), ttftMs: 0, resolve, reject,
       };
@@ -190,9 +196,7 @@ export class RingGenerator {
       this.inFlight++;
       this.rowsInFlight += live.length;
       for (const a of live) a.stepping = true;
-      // At position 0 a request prefills its whole history: the prompt, or after a re-plan the
-      // prompt and every token generated so far (the last of them, `pending`, not yet in any cache).
-      const rows = live.map((a) => ({ id: a.id, tokens: a.pos === 0 ? a.history : [a.pending!], pos: a.pos, cap: a.reservation.capacityTokens }));
+      const rows = live.map((a) => ({ id: a.id, tokens: a.pos === 0 ? a.p.promptIds : [a.history[a.pos]!], pos: a.pos, cap: a.reservation.capacityTokens }));
       this.engine.step(rows).then(
         (logits) => {
           this.inFlight--;
@@ -201,7 +205,10 @@ export class RingGenerator {
             a.stepping = false;
             a.pos += rows[i]!.tokens.length;
             try {
-              this.accept(a, logits[i]!);
+              // Still replaying tokens it had already generated: their logits were used the first time.
+              if (a.pos >= a.history.length) this.accept(a, logits[i]!);
+              else if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
+              else this.ready.push(a);
             } catch (err) {
               this.finish(a, err);
             }

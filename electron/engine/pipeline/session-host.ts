@@ -176,6 +176,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private readonly transfers = new Map<string, MemberTransfer>();
   private model: LoadedModel | undefined;
   private ring: Ring | undefined;
+  /** Members of the latest plan (the ring served, or the one being built): who can break it. */
+  private plannedIds: readonly string[] = [];
   private head: Stage | undefined;
   private generator: RingGenerator | undefined;
   private pool: KvBlockPool | undefined;
@@ -214,7 +216,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.membershipVersion++;
       // A member that went or came back starts with its full memory again.
       if (c.type === 'member-left' || c.type === 'member-joined') this.memoryLimits.delete(c.memberId);
-      const inRing = this.ring?.memberIds.includes(c.memberId) === true;
+      const inRing = this.plannedIds.includes(c.memberId);
       if (c.type === 'member-left' && inRing) this.requestReplan(`${c.name} ${c.reason === 'left' ? 'left the session' : 'went silent (no heartbeat)'}`, true);
       if ((c.type === 'member-joined' || c.type === 'member-recovered') && !inRing) this.scheduleRejoin(c.name);
       this.poke();
@@ -222,7 +224,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     session.on('disconnected', (memberId) => {
       this.membershipVersion++;
       const name = this.session.status().members.find((m) => m.memberId === memberId)?.name ?? 'a member';
-      if (this.ring?.memberIds.includes(memberId) === true) this.requestReplan(`${name} disconnected`, true);
+      if (this.plannedIds.includes(memberId)) this.requestReplan(`${name} disconnected`, true);
       this.poke();
     });
     session.on('link', (l) => {
@@ -463,6 +465,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.emit('plan', plan);
     const memberByPeer = new Map(members.map((m) => [m.peer, m]));
     const memberIds = order.slice(1).map((s) => memberByPeer.get(s.peer)!.memberId);
+    this.plannedIds = memberIds;
     this.session.setRingOrder(memberIds);
     await this.linksUp(members, signal);
 
@@ -685,7 +688,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     }
     if (body.kind === 'leaving') {
       this.leaving.add(memberId);
-      if (this.ring?.memberIds.includes(memberId) === true || this.phase === 'recovering' || this.phase === 'waiting') {
+      if (this.plannedIds.includes(memberId) || this.phase === 'recovering' || this.phase === 'waiting') {
         const name = this.session.status().members.find((m) => m.memberId === memberId)?.name ?? 'a member';
         this.requestReplan(`${name} is leaving`, false);
       } else {

@@ -4,9 +4,7 @@
 // runs here, in-thread; ort-worker-session.ts runs the same session on a worker thread.
 import * as ort from 'onnxruntime-node';
 import os from 'node:os';
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { providerLibraryInstalled } from '../device/execution-providers.js';
 import { KiwiError } from '../errors.js';
 
 export type ExecutionProvider = 'cuda' | 'dml' | 'cpu';
@@ -43,17 +41,10 @@ export function availableProviders(): ExecutionProvider[] {
   const backends = new Set(ort.listSupportedBackends().map((b) => b.name));
   const out: ExecutionProvider[] = [];
   // The CUDA provider is a separate library that the npm install may have skipped.
-  if (backends.has('cuda') && process.platform === 'linux' && cudaProviderInstalled()) out.push('cuda');
+  if (backends.has('cuda') && process.platform === 'linux' && providerLibraryInstalled('cuda')) out.push('cuda');
   if (backends.has('dml') && process.platform === 'win32') out.push('dml');
   out.push('cpu');
   return out;
-}
-
-function cudaProviderInstalled(): boolean {
-  const require = createRequire(import.meta.url);
-  const binding = dirname(require.resolve('onnxruntime-node/package.json'));
-  const dir = join(binding, 'bin', 'napi-v6', process.platform, process.arch);
-  return existsSync(join(dir, 'libonnxruntime_providers_cuda.so'));
 }
 
 export function defaultThreads(): number {

@@ -1,7 +1,9 @@
-// KV-cache recompute (issue 7): after a re-plan, a request replays its prompt and generated tokens
-// as ONE prefill on the new ring instead of the decode steps that built its old caches. The logits
-// that follow must equal the logits the request would have had without the failure, for every
-// token after it, or a recovered stream could diverge from the no-failure text.
+// KV-cache recompute (issue 7): after a re-plan, a request rebuilds its caches on the new ring by
+// the computation that first built them: its prompt as one prefill, then its generated tokens as
+// decode steps (RingGenerator.resume). The logits that follow must equal, bit for bit, the logits
+// it would have had without the failure, or a recovered stream could change mid-way. (One prefill
+// of prompt + generated tokens is quicker, but its attention sums in another order: its logits
+// differ by float rounding, ~4e-7 here, enough to flip a near-tied token of a random-weight model.)
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,26 +35,29 @@ afterAll(async () => {
 const argmax = (x: Float32Array): number => x.reduce((best, v, i) => (v > x[best]! ? i : best), 0);
 
 /**
- * Greedy decoding of `steps` tokens after `prompt`, on a chain split by `split`; when `failAt` is
- * given, the caches are thrown away after that many tokens and rebuilt by one prefill of
- * prompt + generated tokens (what RingGenerator.resume does). Returns each step's logits.
+ * Greedy decoding of `steps` tokens after `prompt`, on a chain split by `split`, beside a second
+ * request that shares every decode step (a batch of two). With `failAt`, the first request's caches
+ * are thrown away after that many tokens and rebuilt by the prompt's prefill and one decode step
+ * per generated token (still batched with the other request), as after a re-plan. Returns the
+ * first request's logits of every step.
  */
 async function greedy(file: GgufFile, split: LayerRange[], accuracyLevel: 0 | 4, prompt: number[], steps: number, failAt?: number): Promise<Float32Array[]> {
   const shape = await modelShapeFromGguf(file, { maxPositions: 128 });
   const chain = await buildStageChain(file, shape, split, { threads: 1, accuracyLevel });
   try {
     let caches = chain.newCaches(128);
+    const other = chain.newCaches(128);
+    await chain.step([{ tokens: [1, 7, 8, 9], caches: other }]);
     const history = [...prompt];
     const out = [Float32Array.from((await chain.step([{ tokens: prompt, caches }]))[0]!)];
     for (let i = 0; i < steps; i++) {
-      const next = argmax(out.at(-1)!);
-      history.push(next);
+      history.push(argmax(out.at(-1)!));
       if (i === failAt) {
         caches = chain.newCaches(128);
-        out.push(Float32Array.from((await chain.step([{ tokens: history, caches }]))[0]!));
-      } else {
-        out.push(Float32Array.from((await chain.step([{ tokens: [next], caches }]))[0]!));
+        await chain.step([{ tokens: prompt, caches }]);
+        for (const t of history.slice(prompt.length, -1)) await chain.step([{ tokens: [t], caches }, { tokens: [t % 7], caches: chain.newCaches(128) }]);
       }
+      out.push(Float32Array.from((await chain.step([{ tokens: [history.at(-1)!], caches }, { tokens: [i % 5], caches: other }]))[0]!));
     }
     return out;
   } finally {
@@ -60,31 +65,16 @@ async function greedy(file: GgufFile, split: LayerRange[], accuracyLevel: 0 | 4,
   }
 }
 
-// Exact matmuls (--exact): equal up to float rounding. Default int8 activations inside quantized
-// matmuls: a rounding difference in a hidden state can move one int8 step, so logits agree to a few
-// parts in a thousand of their range (measured: at most 0.0043 on the synthetic model); greedy
-// tokens stay the same, which the process tests check on whole streams.
-const BOUNDS = { 0: 1e-4, 4: 1e-2 } as const;
-
 describe('recompute after a re-plan', () => {
   test.each([
     ['stories260K', 0], ['stories260K', 4], ['synthetic', 0], ['synthetic', 4],
-  ] as const)('one prefill of prompt + generated tokens reproduces the logits of the uninterrupted run (%s, accuracy level %i)', async (name, level) => {
+  ] as const)('prefilling the prompt and replaying the generated tokens reproduces the logits bit for bit (%s, accuracy level %i)', async (name, level) => {
     const file = models[name]!;
     const blocks = (await modelShapeFromGguf(file)).blockCount;
     const prompt = [1, 40, 41, 42, 43];
     const whole = await greedy(file, [{ start: 0, end: blocks }], level, prompt, 12);
     // The new ring is split differently from the old one, as after a member left.
     const recovered = await greedy(file, [{ start: 0, end: 1 }, { start: 1, end: blocks }], level, prompt, 12, 5);
-    expect(recovered.map(argmax)).toEqual(whole.map(argmax));
-    for (const [i, logits] of recovered.entries()) {
-      let maxDiff = 0;
-      let scale = 0;
-      for (let j = 0; j < logits.length; j++) {
-        maxDiff = Math.max(maxDiff, Math.abs(logits[j]! - whole[i]![j]!));
-        scale = Math.max(scale, Math.abs(whole[i]![j]!));
-      }
-      expect(maxDiff / scale, `step ${i}`).toBeLessThan(BOUNDS[level]);
-    }
+    expect(recovered).toEqual(whole);
   });
 });
