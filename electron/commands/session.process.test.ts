@@ -3,7 +3,7 @@
 // with SIGKILL is soft- then hard-evicted and can rejoin.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { formatSessionCode, parseSessionCode } from '../engine/session/session-code.js';
-import { ProcessSet, waitEvent, type Proc } from '../engine/test-support/processes.js';
+import { askStatus, ProcessSet, until, waitEvent, type Proc } from '../engine/test-support/processes.js';
 
 const procs = new ProcessSet();
 afterEach(() => procs.killAll());
@@ -36,9 +36,13 @@ describe('kiwi rendezvous, host and join (real processes on loopback)', () => {
     // Direct when the dial answers within its 2 s timeout; on a loaded machine a link may fall back
     // to the relay, which is the designed behaviour (the relay tests cover that path).
     expect(host.events.filter((e) => e.event === 'link').every((e) => e.kind === 'direct' || e.kind === 'relayed')).toBe(true);
-    // The status listing: members, state, addresses, links with kind and RTT.
-    host.child.stdin?.write('status\n');
-    const status = await waitEvent(host, (e) => e.event === 'status', 'the status listing');
+    // The status listing: members, state, addresses, links with kind and RTT. (The link events above
+    // may include a link of an earlier ring, from before the last member joined: ask until all four are measured.)
+    let status: Record<string, unknown> = {};
+    await until(async () => {
+      status = await askStatus(host);
+      return (status.links as Array<{ rttMs?: number }>).filter((l) => l.rttMs !== undefined).length === 4;
+    }, 'four measured ring links', 20_000);
     const listed = status.members as Array<{ name: string; state: string; addresses: string[] }>;
     expect(listed.map((m) => [m.name, m.state]).sort()).toEqual([['ada', 'active'], ['bob', 'active'], ['cy', 'active']]);
     for (const m of listed) expect(m.addresses[0]).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);

@@ -17,7 +17,6 @@
 // then fails the waiting requests with RING_UNAVAILABLE. A member that returns, or a new one, is
 // planned in at a safe point: the generator holds, steps in flight finish, the ring is rebuilt.
 import { EventEmitter } from 'node:events';
-import { open } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
@@ -33,12 +32,13 @@ import { attentionHeadDim, type DecoderShape } from '../runtime/stage-graph.js';
 import { createHost, type HostOptions, type HostSession, type MemberView, type SessionStatus } from '../session/host.js';
 import type { WireOptions } from '../transport/tensor-frame.js';
 import { chooseLinkWire, type WirePolicy } from './link-wire.js';
-import { hashSpans, stageSpans, type HashedSpan } from './member-weights.js';
+import { hashSpans, stageSpans } from './member-weights.js';
 import { RingBackend } from './ring-backend.js';
 import { RingEngine } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
-import { encodeWeightsChunk, MemberToHostBody, parsePipelineBody, type Assign, type HostToMemberBody } from './ring-protocol.js';
+import { MemberToHostBody, parsePipelineBody, type Assign, type HostToMemberBody } from './ring-protocol.js';
 import { planRing, type RingStage } from './session-fleet.js';
+import { WeightsSender } from './weights-sender.js';
 
 export interface SessionHostOptions {
   modelPath: string;
@@ -53,10 +53,8 @@ export interface SessionHostOptions {
   /** This machine as a fleet device; also stands in for members that report no device. */
   hostDevice: Omit<DeviceSpec, 'name'>;
   hostName?: string;
-  /** How each ring link's activations are encoded, chosen per link from what is known of it (link-wire.ts). */
+  /** How each ring link's activations are encoded, chosen per link from what is measured of it (link-wire.ts); default exact (f32). */
   wirePolicy?: WirePolicy;
-  /** Without wirePolicy: the one wire of every link (default f32, no zstd). */
-  wire?: WireOptions;
   /** Context per request (positions); default the model's, at most 4096. */
   maxPositions?: number;
   concurrency?: number;
@@ -138,16 +136,6 @@ export interface SessionHostEvents {
   error: [err: KiwiError];
 }
 
-const CHUNK_BYTES = 256 * 1024;
-const WINDOW_BYTES = 4 * 1024 * 1024;
-
-interface MemberTransfer {
-  epoch: number;
-  plan: HashedSpan[];
-  acked: number;
-  wake: (() => void) | undefined;
-}
-
 interface LoadedModel {
   file: GgufFile;
   shape: DecoderShape;
@@ -173,7 +161,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private plan: PlanJson | undefined;
   private stages = new Map<number, StageStatus>();
   private memberPeers = new Map<string, number>();
-  private readonly transfers = new Map<string, MemberTransfer>();
+  private readonly weights: WeightsSender;
   private model: LoadedModel | undefined;
   private ring: Ring | undefined;
   /** Members of the latest plan (the ring served, or the one being built): who can break it. */
@@ -207,6 +195,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   ) {
     super();
     this.backend = new RingBackend(basename(opts.modelPath).replace(/\.gguf$/i, ''));
+    this.weights = new WeightsSender(opts.modelPath, (id, bytes) => session.sendPipelineBytes(id, bytes), () => this.closed);
     // Requests wait through a re-plan; /health says why the next token is late.
     this.backend.ringHealth = () => ({
       ring: { phase: this.phase, epoch: this.ring?.epoch ?? 0, ...(this.recovery ? { reason: this.recovery.reason } : {}), ...(this.waitingUntil !== undefined ? { waiting_until: new Date(this.waitingUntil).toISOString() } : {}) },
@@ -475,10 +464,9 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     const links = this.session.status().links;
     const frame = { hidden: shape.hidden, decodeBatch: 1, prefillTokens: 128 };
     const wireOut = (i: number): WireOptions => {
-      if (this.opts.wirePolicy === undefined) return this.opts.wire ?? { encoding: 'f32', zstd: false };
       const [a, b] = [order[i]!.peer, order[(i + 1) % order.length]!.peer];
       const l = links.find((x) => (x.a === a && x.b === b) || (x.a === b && x.b === a));
-      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs, ...(l?.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) }, frame, this.opts.wirePolicy);
+      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs, ...(l?.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) }, frame, this.opts.wirePolicy ?? 'exact');
     };
     const hostRange = order[0]!;
     const hostName = this.opts.hostName ?? 'host';
@@ -504,7 +492,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         maxPositions: shape.maxPositions,
       };
       const spans = await hashSpans(this.opts.modelPath, stageSpans(file, s));
-      this.transfers.set(m.memberId, { epoch, plan: spans, acked: 0, wake: undefined });
+      this.weights.plan(m.memberId, spans);
       this.sendTo(m.memberId, assign);
       this.sendTo(m.memberId, { kind: 'weights-plan', epoch, spans });
     }
@@ -715,17 +703,13 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         this.emit('assigned', { ...stage });
         break;
       case 'weights-request':
-        void this.sendWeights(memberId, body.spans).catch((err: unknown) => {
+        void this.weights.send(memberId, body.spans).catch((err: unknown) => {
           if (!isKiwiError(err)) throw err;
           this.emit('error', err);
         });
         break;
       case 'weights-progress': {
-        const t = this.transfers.get(memberId);
-        if (t !== undefined) {
-          t.acked = body.receivedBytes;
-          t.wake?.();
-        }
+        this.weights.acknowledge(memberId, body.receivedBytes);
         this.emit('weights-progress', { peer: stage.peer, name: stage.name, receivedBytes: body.receivedBytes, totalBytes: body.totalBytes });
         break;
       }
@@ -739,46 +723,6 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         break;
     }
     this.poke();
-  }
-
-  /** Streams the requested spans (each must be one the member was told of) in chunks, at most WINDOW_BYTES ahead of its acknowledgements. */
-  private async sendWeights(memberId: string, spans: ReadonlyArray<{ offset: number; bytes: number }>): Promise<void> {
-    const t = this.transfers.get(memberId);
-    if (t === undefined) return;
-    for (const s of spans) {
-      if (!t.plan.some((p) => p.offset === s.offset && p.bytes === s.bytes)) {
-        throw new KiwiError('RING_PROTOCOL', `A member asked for bytes ${s.offset}+${s.bytes}, which are not among its tensors.`);
-      }
-    }
-    t.acked = 0;
-    let sent = 0;
-    // A re-plan gives the member a new transfer; this one then stops.
-    const current = (): boolean => this.phase !== 'closed' && this.transfers.get(memberId) === t;
-    const fh = await open(this.opts.modelPath, 'r');
-    try {
-      for (const s of spans) {
-        for (let at = 0; at < s.bytes; at += CHUNK_BYTES) {
-          while (sent - t.acked > WINDOW_BYTES) {
-            await new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, 1000);
-              t.wake = () => {
-                clearTimeout(timer);
-                resolve();
-              };
-            });
-            if (!current()) return;
-          }
-          if (!current()) return;
-          const n = Math.min(CHUNK_BYTES, s.bytes - at);
-          const buf = Buffer.allocUnsafe(n);
-          await fh.read(buf, 0, n, s.offset + at);
-          if (!this.session.sendPipelineBytes(memberId, encodeWeightsChunk(s.offset + at, buf))) return;
-          sent += n;
-        }
-      }
-    } finally {
-      await fh.close();
-    }
   }
 }
 
