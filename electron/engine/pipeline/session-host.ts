@@ -154,6 +154,12 @@ interface Ring {
 const MAX_RECOVERIES_SHOWN = 16;
 /** After a fault, signals of the same event (a closed link, then the closed control connection) arrive together. */
 const FAULT_GRACE_MS = 250;
+/**
+ * After a ring link went down: how long to wait for one of its ends to show as gone (a killed
+ * member's control connection closes a moment after its links) before planning as if both live
+ * (a partition between them). Planning too early plans in the dead member, and the re-plan retries.
+ */
+const SUSPECT_WAIT_MS = 1500;
 
 export class SessionHost extends EventEmitter<SessionHostEvents> {
   readonly backend: RingBackend;
@@ -186,6 +192,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private readonly failedLoads = new Set<string>();
   /** Memory members asked to be planned with (short of free memory), by member id. */
   private readonly memoryLimits = new Map<string, number>();
+  /** Peers at the ends of ring links that went down, until the re-plan: maybe gone, maybe partitioned. */
+  private readonly suspects = new Set<number>();
   /** Bumped on every membership change, so waits for "someone came back" notice it. */
   private membershipVersion = 0;
 
@@ -221,6 +229,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       if (l.state === 'up') {
         for (const peer of [l.a, l.b]) if (peer !== 0) ring?.engine.attach(peer);
       } else if ((l.state === 'closed' || l.state === 'failed') && ring !== undefined && this.isRingPair(ring, l.a, l.b)) {
+        for (const peer of [l.a, l.b]) if (peer !== 0) this.suspects.add(peer);
         this.requestReplan(`the ring link between ${this.peerName(l.a)} and ${this.peerName(l.b)} went down`, true);
       }
       this.poke();
@@ -566,7 +575,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.emit('recovering', reason);
       await generator.hold();
       this.ring?.engine.retire(new KiwiError('RING_REPLAN', reason));
-      if (fault) await sleep(FAULT_GRACE_MS);
+      if (fault) await this.settleSuspects();
       this.replanReason = undefined;
       const ring = await this.nextRing(model, reason, startedAt);
       if (ring === undefined) return; // closed
@@ -589,6 +598,20 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.releaseLeavers(ring.memberIds);
       this.emit('recovered', record);
     }
+  }
+
+  /** Waits until a suspect member shows as gone, or briefly when there is none (see SUSPECT_WAIT_MS). */
+  private async settleSuspects(): Promise<void> {
+    const suspects = [...this.suspects];
+    this.suspects.clear();
+    if (suspects.length === 0) return sleep(FAULT_GRACE_MS);
+    const gone = (): boolean => {
+      const here = new Set(this.activeMembers().map((m) => m.peer));
+      return suspects.some((p) => !here.has(p));
+    };
+    await this.until(gone, 'a member at the end of the broken link to go', SUSPECT_WAIT_MS).catch((err: unknown) => {
+      if (!isKiwiError(err, 'SESSION_TIMEOUT')) throw err;
+    });
   }
 
   /** A join re-plans only when the plan would change (a member the planner leaves out costs nothing). */

@@ -36,6 +36,7 @@ const TABLE: Partial<Record<KiwiErrorCode, HttpMapping>> = {
   // The ring lost members and the rest cannot hold the model: retry once someone rejoins.
   RING_UNAVAILABLE: { status: 503, type: 'unavailable_error', code: 'ring_unavailable' },
   RING_BROKEN: { status: 503, type: 'unavailable_error', code: 'ring_broken' },
+  RING_REPLAN: { status: 503, type: 'unavailable_error', code: 'ring_broken' },
   // nginx's 499: nobody reads it, but logs and tests see a cancellation, not a failure.
   API_CLIENT_CLOSED: { status: 499, type: 'invalid_request_error', code: 'client_closed_request' },
   // Runtime failures caused by what the request asked for.

@@ -19,6 +19,8 @@ import { BINARY_CONTROL, decodeControl, encodeControl, fromB64, MemberToHost, Pa
 import { passwordScalar, spake2Start, type Spake2Pending, type Spake2Result } from './spake2.js';
 
 export const PAKE_ID_MEMBER = new TextEncoder().encode('kiwi member');
+/** How the host closes a member's older connection when the same identity connects again. */
+export const REPLACED_REASON = 'replaced by a new connection';
 export const PAKE_ID_HOST = new TextEncoder().encode('kiwi host');
 export const pakeAad = (nameplate: number): Uint8Array => new TextEncoder().encode(`kiwi/1 nameplate ${nameplate}`);
 export const controlContext = (nameplate: number, peer: number): string => `control|${nameplate}|${peer}`;
@@ -305,7 +307,7 @@ export class HostSession extends EventEmitter<HostEvents> {
     if (msg.type === 'hello') {
       if (conn.memberId !== undefined) throw new KiwiError('CONTROL_UNEXPECTED', 'A member said hello twice.');
       // One live connection per identity: a reconnecting member replaces its old one.
-      for (const other of this.controls.values()) if (other !== conn && other.memberId === msg.memberId) other.link.close('replaced by a new connection');
+      for (const other of this.controls.values()) if (other !== conn && other.memberId === msg.memberId) other.link.close(REPLACED_REASON);
       conn.memberId = msg.memberId;
       this.dispatch({ type: 'join-requested', memberId: msg.memberId, name: msg.name, peer: conn.peer, addresses: msg.addresses, at });
       if (msg.capabilities !== undefined) this.dispatch({ type: 'capabilities-reported', memberId: msg.memberId, capabilities: msg.capabilities, at });

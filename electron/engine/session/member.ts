@@ -7,7 +7,7 @@ import { EventEmitter } from 'node:events';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { HOST_PEER, RelayChannel } from '../rendezvous/protocol.js';
 import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
-import { controlContext, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER } from './host.js';
+import { controlContext, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER, REPLACED_REASON } from './host.js';
 import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import type { Capabilities } from './membership.js';
 import { RendezvousClient } from './rendezvous-client.js';
@@ -210,8 +210,13 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     control.send(encodeControl({ type: 'hello', memberId: this.memberId, name: this.opts.name, addresses, ...(this.opts.capabilities ? { capabilities: this.opts.capabilities } : {}) }));
     const state = await welcome;
     this.conn = { client, control, links, peer };
-    control.onClose((info) => this.onDisconnect(info.reason));
-    client.on('close', (reason) => this.onDisconnect(reason));
+    // Only the current connection's end counts: an older one's may come later.
+    control.onClose((info) => {
+      if (this.conn?.control === control) this.onDisconnect(info.reason);
+    });
+    client.on('close', (reason) => {
+      if (this.conn?.client === client) this.onDisconnect(reason);
+    });
     client.on('nameplate-closed', (reason) => {
       // Only the host leaving ends a session for an admitted member; reconnecting cannot help.
       if (/host left/.test(reason)) this.fatal(new KiwiError('SESSION_ENDED', 'The host ended the session.'));
@@ -257,6 +262,12 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     void c.links.close();
     c.client.close();
     this.emit('disconnected', reason);
+    // Another process joined with this identity and the host took it instead: reconnecting would
+    // only push that one out in turn, forever.
+    if (reason.includes(REPLACED_REASON)) {
+      this.fatal(new KiwiError('SESSION_REPLACED', 'Another Kiwi joined the session with this member\'s identity and took its place; this one stops.'));
+      return;
+    }
     if (this.opts.reconnect === false) {
       void this.stop(`disconnected: ${reason}`);
       return;
