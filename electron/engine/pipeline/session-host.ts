@@ -144,7 +144,10 @@ interface LoadedModel {
 
 /** The ring being served: its epoch, stages in ring order, the members in it and the host's first blocks. */
 interface Ring {
+  /** The assignments' epoch (every attempt at a ring uses one, so stale messages are told apart). */
   epoch: number;
+  /** Rings served so far, this one included: what status() calls the ring's epoch. */
+  generation: number;
   order: RingStage[];
   memberIds: string[];
   first: Stage | undefined;
@@ -206,7 +209,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.weights = new WeightsSender(opts.modelPath, (id, bytes) => session.sendPipelineBytes(id, bytes), () => this.closed);
     // Requests wait through a re-plan; /health says why the next token is late.
     this.backend.ringHealth = () => ({
-      ring: { phase: this.phase, epoch: this.ring?.epoch ?? 0, ...(this.recovery ? { reason: this.recovery.reason } : {}), ...(this.waitingUntil !== undefined ? { waiting_until: new Date(this.waitingUntil).toISOString() } : {}) },
+      ring: { phase: this.phase, epoch: this.ring?.generation ?? 0, ...(this.recovery ? { reason: this.recovery.reason } : {}), ...(this.waitingUntil !== undefined ? { waiting_until: new Date(this.waitingUntil).toISOString() } : {}) },
     });
     session.on('pipeline', (memberId, body) => this.onPipeline(memberId, body));
     session.on('change', (c) => {
@@ -241,7 +244,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     const mean = (f: (x: (typeof t)[number]) => number): number | null => (t.length === 0 ? null : t.reduce((a, x) => a + f(x), 0) / t.length);
     return {
       phase: this.phase,
-      epoch: this.ring?.epoch ?? 0,
+      epoch: this.ring?.generation ?? 0,
       recovery: this.recovery && { ...this.recovery },
       recoveries: this.recoveries.map((r) => ({ ...r })),
       waitingUntil: this.waitingUntil,
@@ -535,7 +538,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       epoch, first, head: this.head, firstPeer: order[1]!.peer, lastPeer: order[order.length - 1]!.peer, wire: hostStage.wire!,
       onBroken: (err) => this.requestReplan(err.message, true),
     });
-    return { epoch, order, memberIds, first, engine };
+    return { epoch, generation: (this.ring?.generation ?? 0) + 1, order, memberIds, first, engine };
   }
 
   /** A member joined or came back: plan it in shortly (others may follow), at a safe point. */
@@ -587,7 +590,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.ring = ring;
       const resumedRequests = generator.resume(ring.engine, { maxInFlight: this.opts.maxInFlight ?? ring.order.length });
       const bytesMoved = [...this.stages.values()].reduce((n, s) => n + (s.source === 'host' || s.source === 'url' ? (s.transferredBytes ?? 0) : 0), 0);
-      const record: RecoveryRecord = { epoch: ring.epoch, reason, startedAt, durationMs: Date.now() - startedAt, bytesMoved, resumedRequests };
+      const record: RecoveryRecord = { epoch: ring.generation, reason, startedAt, durationMs: Date.now() - startedAt, bytesMoved, resumedRequests };
       this.recoveries.push(record);
       if (this.recoveries.length > MAX_RECOVERIES_SHOWN) this.recoveries.shift();
       this.recovery = undefined;
