@@ -174,6 +174,15 @@ describe('rendezvous core', () => {
     expect(host.errors()).toEqual(['RELAY_MALFORMED', 'RELAY_MALFORMED', 'RENDEZVOUS_NO_PEER', 'RENDEZVOUS_NO_PEER']);
   });
 
+  it('does not count sending to a peer that just left as a violation', () => {
+    const { core, host, claim, say } = setup({ maxViolations: 3 });
+    claim();
+    say(host, { t: 'admit', peer: 1 });
+    for (let i = 0; i < 10; i++) core.binary(host, encodeRelay(42, 0, Uint8Array.of(1)));
+    expect(host.errors()).toEqual(Array.from({ length: 10 }, () => 'RENDEZVOUS_NO_PEER'));
+    expect(host.closedWith).toBeUndefined();
+  });
+
   it('closes a connection after too many violations', () => {
     const { core, connect } = setup({ maxViolations: 3 });
     const bad = connect('10.0.0.2');

@@ -25,6 +25,8 @@ export interface RendezvousLimits {
   maxBufferedBytes: number;
 }
 
+const NOT_VIOLATIONS = new Set(['RENDEZVOUS_NO_PEER', 'RELAY_CONGESTED']);
+
 export const DEFAULT_LIMITS: RendezvousLimits = {
   maxTextBytes: 64 * 1024,
   maxRelayBytes: 16 * 1024 * 1024 + 1024,
@@ -311,7 +313,9 @@ export class RendezvousCore {
 
   private refuse(client: Client, err: unknown): void {
     if (!isKiwiError(err)) throw err;
-    client.violations++;
+    // A peer that just left, or one too slow to keep up, is a race, not the sender's violation:
+    // a host that sends to a member killed a moment ago must not be disconnected for it.
+    if (!NOT_VIOLATIONS.has(err.code)) client.violations++;
     send(client, { t: 'error', code: err.code, message: err.message.slice(0, 500) });
     if (client.violations >= this.limits.maxViolations) client.conn.close(CloseCode.VIOLATIONS, 'too many protocol violations');
   }

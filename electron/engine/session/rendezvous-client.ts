@@ -97,7 +97,8 @@ export class RendezvousClient extends EventEmitter<RendezvousClientEvents> {
 
   /** @internal used by RelayLink */
   sendRelay(peer: number, channel: number, bytes: Uint8Array): void {
-    if (this.closedReason !== undefined) throw new KiwiError('LINK_CLOSED', `The rendezvous connection is closed (${this.closedReason}).`);
+    // Closed: every relay link is being closed (onClose); what their close listeners still send is dropped.
+    if (this.closedReason !== undefined) return;
     this.conn.sendBinary(encodeRelay(peer, channel, bytes));
   }
 

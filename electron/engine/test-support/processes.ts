@@ -46,6 +46,8 @@ export class ProcessSet {
   /** Runs `command args...`; use node via `node(...)` or wrap with `ip netns exec NS`. */
   spawn(command: string, args: string[]): Proc {
     const child = spawn(command, args, { cwd: repoRoot, stdio: ['pipe', 'pipe', 'pipe'] });
+    // Typing into a process that has exited is a broken pipe: waitEvent reports the exit with its stderr.
+    child.stdin?.on('error', () => undefined);
     const events: Event[] = [];
     const stderr: string[] = [];
     createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
