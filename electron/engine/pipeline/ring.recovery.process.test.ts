@@ -100,7 +100,8 @@ describe('recovery when members go (real processes on loopback)', () => {
 
   it('holds requests while no member can run the blocks, resumes them when one returns, and fails them clearly after the timeout', async () => {
     const model = await testModelPath('stories260K.gguf');
-    const ring = await startRing(model, ['ada'], ['--recovery-timeout', '20']);
+    // Long enough for a restarted member to start and load on a loaded machine; the second part waits it out.
+    const ring = await startRing(model, ['ada'], ['--recovery-timeout', '40']);
     const prompt = 'Once upon a time, there was a little girl named Lily.';
     const reference = await stream(ring.url, prompt, 120);
     const adaId = ring.host.events.find((e) => e.event === 'member-joined' && e.name === 'ada')!.member_id as string;
@@ -126,7 +127,7 @@ describe('recovery when members go (real processes on loopback)', () => {
     const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused', maxRetries: 0 });
     const refused = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 8 }).then(() => undefined, (err: unknown) => err);
     expect(refused).toMatchObject({ status: 503, code: 'ring_unavailable' });
-  }, 120_000);
+  }, 180_000);
 
   it('plans a member out when its free memory drops below its reserve, without breaking a stream', async () => {
     const model = await testModelPath('stories260K.gguf');
