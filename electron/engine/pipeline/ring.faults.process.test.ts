@@ -11,7 +11,7 @@
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
-import { FaultRing, firstDifference, generateReference, hasOption, streamCompletion as streamRaw, summarize, synthModel, type FaultMember, type FaultRingOptions, type HostStatus, type StreamResult } from '../test-support/fault-ring.js';
+import { FaultRing, firstDifference, generateReference, streamCompletion as streamRaw, summarize, synthModel, type FaultMember, type FaultRingOptions, type HostStatus, type StreamResult } from '../test-support/fault-ring.js';
 import { askStatus, isolatedCacheDir, ProcessSet, until, waitEvent } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
@@ -238,7 +238,6 @@ describe('a ring of real processes whose members die, leave and come back (loopb
 
 describe('a ring whose remaining members cannot hold the model', () => {
   // The host must report little memory itself, else it alone holds any small model.
-  const hostMemoryFlag = hasOption('host', 'capabilities');
 
   /** Host and two members each hold about 2 of stories260K's 5 blocks (with KV at full context): any two of them together suffice, one alone does not. */
   async function tightRing(recoveryTimeoutS: number): Promise<FaultRing> {
@@ -252,8 +251,7 @@ describe('a ring whose remaining members cannot hold the model', () => {
     return startRing(model, [{ name: 'ada', memoryBytes: 3 * perBlock }, { name: 'bob', memoryBytes: 3 * perBlock }], { recoveryTimeoutS, hostArgs: ['--capabilities', hostCaps] });
   }
 
-  it('makes requests wait, then fail with a clear error after the recovery timeout', async (ctx) => {
-    if (!(await hostMemoryFlag)) ctx.skip('kiwi host has no --capabilities to report a small host memory; the host alone would hold the model');
+  it('makes requests wait, then fail with a clear error after the recovery timeout', async () => {
     const ring = await tightRing(6);
     const got = await streamCompletion(ring.url, { model: 'stories260K', prompt: PROMPT, maxTokens: TOKENS }, (i) => {
       if (i === 5) {
@@ -267,8 +265,7 @@ describe('a ring whose remaining members cannot hold the model', () => {
     expect(['waiting', 'failed', 'recovering']).toContain(status.phase);
   }, 120_000);
 
-  it('makes requests wait and completes them exactly when a member returns before the timeout', async (ctx) => {
-    if (!(await hostMemoryFlag)) ctx.skip('kiwi host has no --capabilities to report a small host memory; the host alone would hold the model');
+  it('makes requests wait and completes them exactly when a member returns before the timeout', async () => {
     const model = await stories();
     const want = reference(model, PROMPT, TOKENS);
     const ring = await tightRing(60);

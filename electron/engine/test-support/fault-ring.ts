@@ -10,6 +10,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { askStatus, kiwiEntry, repoRoot, waitEvent, type Event, type Proc, type ProcessSet } from './processes.js';
+import type { RecoveryRecord } from '../pipeline/session-host.js';
 
 const run = promisify(execFile);
 
@@ -61,30 +62,8 @@ export interface HostStatus extends Record<string, unknown> {
   error?: { code: string; message: string };
 }
 
-export interface Recovery {
-  epoch: number;
-  reason: string;
-  startedAt: number;
-  durationMs: number;
-  bytesMoved: number;
-  resumedRequests: number;
-}
-
-const optionSupport = new Map<string, Promise<string>>();
-
-/** The `--help` text of a kiwi command (once per command), to pass only options it has. */
-export function kiwiHelp(command: string): Promise<string> {
-  let help = optionSupport.get(command);
-  if (help === undefined) {
-    help = run(process.execPath, [...kiwiEntry(), command, '--help'], { cwd: repoRoot }).then((r) => r.stdout + r.stderr);
-    optionSupport.set(command, help);
-  }
-  return help;
-}
-
-export async function hasOption(command: string, option: string): Promise<boolean> {
-  return (await kiwiHelp(command)).includes(`--${option}`);
-}
+/** A completed re-plan as the host reports it. */
+export type Recovery = RecoveryRecord;
 
 /** A member identity that survives restarts (8-64 letters, digits, - or _). */
 export const memberIdOf = (name: string): string => `fault-member-${name}`;
@@ -118,8 +97,8 @@ export class FaultRing {
     const rendezvousUrl = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous', 30_000)).url as string;
     const hostArgs = ['host', '--model', opts.model, '--port', '0', '--rendezvous', rendezvousUrl, '--auto-approve',
       '--expect', String(opts.members.length), '--listen', place('host').listen, '--json', ...(opts.hostArgs ?? [])];
-    if (opts.heartbeatTimeoutS !== undefined && (await hasOption('host', 'heartbeat-timeout'))) hostArgs.push('--heartbeat-timeout', String(opts.heartbeatTimeoutS));
-    if (opts.recoveryTimeoutS !== undefined && (await hasOption('host', 'recovery-timeout'))) hostArgs.push('--recovery-timeout', String(opts.recoveryTimeoutS));
+    if (opts.heartbeatTimeoutS !== undefined) hostArgs.push('--heartbeat-timeout', String(opts.heartbeatTimeoutS));
+    if (opts.recoveryTimeoutS !== undefined) hostArgs.push('--recovery-timeout', String(opts.recoveryTimeoutS));
     const host = spawnAt('host', hostArgs);
     const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code', 30_000)).code as string;
     const memberArgs = [...(opts.memberArgs ?? [])];
