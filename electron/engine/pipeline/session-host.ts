@@ -449,7 +449,13 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.setPhase('serving');
     this.emit('serving');
     // Members that joined, or ran short of memory, while the first ring formed are planned now.
-    if (this.memoryLimits.size > 0 || this.eligibleMembers().some((m) => !ring.memberIds.includes(m.memberId))) this.scheduleRejoin('a member');
+    if (this.memoryLimits.size > 0) this.scheduleRejoin('a member', true);
+    else if (this.hasUnplannedMember()) this.scheduleRejoin('a member');
+  }
+
+  /** An eligible member that the latest plan does not include (it joined or came back since). */
+  private hasUnplannedMember(): boolean {
+    return this.eligibleMembers().some((m) => !this.plannedIds.includes(m.memberId));
   }
 
   /**
@@ -541,11 +547,17 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     return { epoch, generation: (this.ring?.generation ?? 0) + 1, order, memberIds, first, engine };
   }
 
-  /** A member joined or came back: plan it in shortly (others may follow), at a safe point. */
-  private scheduleRejoin(name: string): void {
+  /**
+   * A member joined or came back: plan it in shortly (others may follow), at a safe point. When the
+   * timer fires the member may already be in a plan (it joined while the first ring formed and the
+   * planner took it): then nothing is re-planned, unless `always` (a member's memory changed).
+   */
+  private scheduleRejoin(name: string, always = false): void {
     if (this.phase === 'waiting') return; // the wait notices the change itself
     clearTimeout(this.rejoinTimer);
-    this.rejoinTimer = setTimeout(() => this.requestReplan(`${name} joined`, false), this.opts.rejoinDelayMs ?? 1000);
+    this.rejoinTimer = setTimeout(() => {
+      if (always || this.hasUnplannedMember()) this.requestReplan(`${name} joined`, false);
+    }, this.opts.rejoinDelayMs ?? 1000);
   }
 
   /**
