@@ -46,20 +46,36 @@ export default tseslint.config(
       }],
     },
   },
-  // The engine's own layers (ARCHITECTURE.md): hosting (composition: the ring served and shown)
-  // → pipeline → server (HTTP, the backend interface the ring implements) → planner, runtime,
-  // session, transport, rendezvous → model, device. A lower layer never imports a higher one.
+  // The engine's own layers (ARCHITECTURE.md, "Dependency direction"), top to bottom:
+  //   hosting (composition) → server (HTTP), pipeline (the ring); neither imports the other
+  //   → completion (the CompletionBackend contract both sides share)
+  //   → the middle tier, itself ordered as its imports run today:
+  //       session → rendezvous → transport   (a host embeds the rendezvous; all of it rides on links)
+  //       planner → runtime                  (the planner sizes stages with the runtime's memory model)
+  //   → model, device.
+  // A layer never imports one above it, nor one of the other middle-tier branch.
   ...engineLayers([
-    { dirs: ['model', 'device'], mayNotImport: ['runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server', 'hosting'] },
-    { dirs: ['runtime', 'planner', 'session', 'transport', 'rendezvous'], mayNotImport: ['pipeline', 'server', 'hosting'] },
+    { dirs: ['model', 'device'], mayNotImport: ['runtime', 'planner', 'session', 'transport', 'rendezvous', 'completion', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['transport'], mayNotImport: ['rendezvous', 'session', 'runtime', 'planner', 'completion', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['rendezvous'], mayNotImport: ['session', 'runtime', 'planner', 'completion', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['session'], mayNotImport: ['runtime', 'planner', 'completion', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['runtime'], mayNotImport: ['planner', 'session', 'rendezvous', 'transport', 'completion', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['planner'], mayNotImport: ['session', 'rendezvous', 'transport', 'completion', 'pipeline', 'server', 'hosting'] },
+    { dirs: ['completion'], mayNotImport: ['pipeline', 'server', 'hosting'] },
     { dirs: ['server'], mayNotImport: ['pipeline', 'hosting'] },
-    { dirs: ['pipeline'], mayNotImport: ['hosting'] },
+    { dirs: ['pipeline'], mayNotImport: ['server', 'hosting'] },
     { dirs: ['hosting', 'test-support'], mayNotImport: [] },
   ]),
   {
+    // The rendezvous server's own tests drive it with the real client (session/rendezvous-client.ts),
+    // the one place below session/ that may import it; its production code may not (rule above).
+    files: ['electron/engine/rendezvous/**/*.test.ts'],
+    rules: { 'no-restricted-imports': ['error', engineImportRule(['runtime', 'planner', 'completion', 'pipeline', 'server', 'hosting'])] },
+  },
+  {
     // Files directly under electron/engine/ (errors.ts, paths.ts) are the bottom of the engine.
     files: ['electron/engine/*.ts'],
-    rules: { 'no-restricted-imports': ['error', engineImportRule(['model', 'device', 'runtime', 'planner', 'session', 'transport', 'rendezvous', 'pipeline', 'server', 'hosting'])] },
+    rules: { 'no-restricted-imports': ['error', engineImportRule(['model', 'device', 'runtime', 'planner', 'session', 'transport', 'rendezvous', 'completion', 'pipeline', 'server', 'hosting'])] },
   },
   {
     // common/ is shared by the engine and the renderer (VS Code's common layer): it imports neither.

@@ -10,7 +10,7 @@ const testModels = process.env.KIWI_TEST_MODELS ?? (existsSync(sharedModels) ? s
 // Tests sit beside the code they test (foo.ts + foo.test.ts).
 export default defineConfig({
   test: {
-    include: ['electron/**/*.test.ts', 'bench/**/*.test.ts'],
+    include: ['electron/**/*.test.ts', 'common/**/*.test.ts', 'bench/**/*.test.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',

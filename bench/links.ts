@@ -1,5 +1,5 @@
 // Round-trip time and throughput of Kiwi's links on loopback: a raw WebSocket (baseline), a direct
-// link and a link relayed by the rendezvous, each with and without encryption (secure-link), for
+// link (WebSocket over TCP), a direct UDP link (ICE: a WebRTC data channel) and a link relayed by the rendezvous, each with and without encryption (secure-link), for
 // 8 KiB and 1 MiB messages. RTT: median of echo round trips. Throughput: one-way burst, then an ack.
 // Run: npx tsx bench/links.ts
 // Prints a table and writes bench/results/links.json. KIWI_BENCH_QUICK=1 runs fewer iterations.
@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 import { RelayChannel } from '../electron/engine/rendezvous/protocol.js';
 import { startRendezvous } from '../electron/engine/rendezvous/server.js';
 import { RendezvousClient } from '../electron/engine/session/rendezvous-client.js';
+import { IcePeer } from '../electron/engine/transport/ice-link.js';
 import type { Link } from '../electron/engine/transport/link.js';
 import { openSecureLink } from '../electron/engine/transport/secure-link.js';
 import { connectWs, dialDirect, listenDirect, startWsServer } from '../electron/engine/transport/ws.js';
@@ -51,6 +52,14 @@ async function directLinks(): Promise<{ a: Link; b: Link; close(): Promise<void>
   const a = await dialDirect(listener.url, { maxPayloadBytes: MAX });
   const b = await incoming;
   return { a, b, close: async () => { a.close(); b.close(); await listener.close(); } };
+}
+
+async function iceLinks(): Promise<{ a: Link; b: Link; close(): Promise<void> }> {
+  let b: IcePeer | undefined;
+  const a = new IcePeer({ role: 'initiator', maxMessageBytes: MAX, sendSignal: (s) => setImmediate(() => b?.signal(s)) });
+  b = new IcePeer({ role: 'responder', maxMessageBytes: MAX, sendSignal: (s) => setImmediate(() => a.signal(s)) });
+  const [la, lb] = await Promise.all([a.link, b.link]);
+  return { a: la, b: lb, close: async () => { la.close(); lb.close(); } };
 }
 
 async function relayedLinks(): Promise<{ a: Link; b: Link; close(): Promise<void> }> {
@@ -118,6 +127,8 @@ const variants: Array<{ path: string; encrypted: boolean | null; make: () => Pro
   { path: 'raw ws (baseline)', encrypted: null, make: rawWsPair },
   { path: 'direct', encrypted: false, make: async () => securePair(await directLinks(), false) },
   { path: 'direct', encrypted: true, make: async () => securePair(await directLinks(), true) },
+  { path: 'direct-udp (ICE)', encrypted: false, make: async () => securePair(await iceLinks(), false) },
+  { path: 'direct-udp (ICE)', encrypted: true, make: async () => securePair(await iceLinks(), true) },
   { path: 'relayed', encrypted: false, make: async () => securePair(await relayedLinks(), false) },
   { path: 'relayed', encrypted: true, make: async () => securePair(await relayedLinks(), true) },
 ];

@@ -1,15 +1,16 @@
 // Kiwi's stage runtime against llama.cpp (node-llama-cpp, CPU, same thread count) on a `kiwi synth`
-// GGUF of Llama-3.2-1B shape at Q4_0 and Q8_0: prefill tokens/s for a 128-token prompt, decode
-// tokens/s, peak RSS, shard build time cold and warm, and the memory-bandwidth floor (weight
-// bytes per token / measured bandwidth). Each engine runs in its own child process (so peak RSS
-// is its own); rounds alternate between them (and which goes first) so a noisy neighbour hits
-// both alike. Kiwi also decodes with a request-sized KV reservation (KIWI_BENCH_RESERVE
-// positions): onnxruntime-node copies every fetched present K/V back into JS each step, so the
-// decode cost grows with the reserved capacity, not only with the filled length.
+// GGUF of Llama-3.2-1B shape at Q4_0, Q8_0 and Q4_K_M (llama.cpp's Q4_K/Q6_K mix): prefill
+// tokens/s for a 128-token prompt, decode tokens/s, peak RSS, shard build time cold and warm, and
+// the memory-bandwidth floor (weight bytes per token / measured bandwidth). Each engine runs in
+// its own child process (so peak RSS is its own); rounds alternate between them (and which goes
+// first) so a noisy neighbour hits both alike. Kiwi also decodes with a request-sized KV
+// reservation (KIWI_BENCH_RESERVE positions): onnxruntime-node copies every fetched present K/V
+// back into JS each step, so the decode cost grows with the reserved capacity, not only with the
+// filled length.
 // Run: npx tsx bench/single-node.ts
 // Env: KIWI_BENCH_ROUNDS (default 7), KIWI_BENCH_THREADS (default all cores),
 //      KIWI_BENCH_RESERVE (KV positions reserved for the second Kiwi decode, default 2048),
-//      KIWI_BENCH_QUANTS (default q4_0,q8_0), KIWI_BENCH_DECODE (decode tokens, default 32),
+//      KIWI_BENCH_QUANTS (default q4_0,q8_0,q4_k_m), KIWI_BENCH_DECODE (decode tokens, default 32),
 //      KIWI_BENCH_FAST=0 for exact f32 activations (default: int8 activations, as llama.cpp).
 // Prints a table and writes bench/results/single-node.json.
 import { fork } from 'node:child_process';
@@ -22,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 7);
 const RESERVE = Number(process.env.KIWI_BENCH_RESERVE ?? 2048);
 const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? os.availableParallelism());
-const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0').split(',');
+const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0,q4_k_m').split(',');
 const DECODE_TOKENS = Number(process.env.KIWI_BENCH_DECODE ?? 32);
 const FAST = process.env.KIWI_BENCH_FAST !== '0';
 const PROMPT_TOKENS = 128;

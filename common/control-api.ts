@@ -53,6 +53,8 @@ export type MemberStateWire = z.infer<typeof MemberStateWire>;
 export const MemberWire = z.object({
   member_id: z.string(),
   name: z.string(),
+  /** `xxxx-xxxx` from the member's identity key and its connection's PAKE transcript, also on its screen: approve by it. Host only. */
+  fingerprint: z.string().nullable().optional(),
   peer: z.number().int(),
   state: MemberStateWire,
   connected: z.boolean(),
@@ -173,6 +175,8 @@ export const SessionStatus = z.object({
   rendezvous: z.string().nullable(),
   /** This machine's peer number (host: 0). */
   self_peer: z.number().int().nullable(),
+  /** Member only: this machine's fingerprint, to read to the host, who approves by it. */
+  self_fingerprint: z.string().nullable().optional(),
   model: z.string().nullable(),
   members: z.array(MemberWire),
   /** Ring order of peers, the host (0) first. */
@@ -198,13 +202,19 @@ export type SessionStatus = z.infer<typeof SessionStatus>;
 
 /**
  * Host a model: `model` a local GGUF path, or `model_url` (http/https) to download it into the
- * cache first; with both, the local file is served and members fetch their tensors from the URL.
+ * cache first (`model_sha256`: the file's expected sha256, checked before it is hosted); with
+ * both, the local file is served and members fetch their tensors from the URL. With neither, the
+ * Kiwi's built-in model (the embedded stories260K) where it has one, else a 400.
  */
 export const HostRequest = z.strictObject({
   model: z.string().min(1).max(4096).optional(),
   model_url: z.string().max(4096).regex(/^https?:\/\/[^\s]+$/, 'must be an http:// or https:// URL').optional(),
+  model_sha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be 64 hex digits').optional(),
   auto_approve: z.boolean().optional(),
-}).refine((r) => r.model !== undefined || r.model_url !== undefined, { message: 'give the model: a GGUF file path (model) or a URL to download (model_url)' });
+}).refine((r) => r.model_sha256 === undefined || (r.model_url !== undefined && r.model === undefined), {
+  message: 'model_sha256 checks the download of model_url: give it with model_url and without model',
+  path: ['model_sha256'],
+});
 export type HostRequest = z.infer<typeof HostRequest>;
 
 export const JoinRequest = z.strictObject({

@@ -98,6 +98,10 @@ describe('the Kiwi UI against live headless sessions', () => {
   });
 
   it('lets the host approve joiners, who then take part in the ring', async () => {
+    // Both screens show the same fingerprint, so the host approves the machine, not a name anybody can pick.
+    const aliceFp = ((await alicePage.getByTestId('self-fingerprint').locator('code').textContent({ timeout: 30_000 })) ?? '').trim();
+    expect(aliceFp).toMatch(/^[0-9a-z]{4}-[0-9a-z]{4}$/);
+    expect(((await hostPage.getByTestId('pending-fingerprint').locator('code').textContent({ timeout: 30_000 })) ?? '').trim()).toBe(aliceFp);
     await hostPage.getByRole('button', { name: 'Approve alice' }).click();
     await alicePage.getByTestId('member-phase').filter({ hasText: 'In the ring' }).waitFor();
     // A second member joins from the command line with the same code.
@@ -123,7 +127,8 @@ describe('the Kiwi UI against live headless sessions', () => {
     // The plan: every node of the ring names the layers it holds, the host also the head.
     await hostPage.waitForFunction(() => {
       const texts = [...document.querySelectorAll('[data-testid="topology"] text')].map((t) => t.textContent ?? '');
-      return texts.filter((t) => /^layers \d+–\d+/.test(t)).length === 3 && texts.some((t) => /^layers 0–\d+ \+ head/.test(t));
+      // Counted from 1 as people count: "layer 5", "layers 1–2 (2 layers) + head".
+      return texts.filter((t) => /^layers? \d+/.test(t)).length === 3 && texts.some((t) => /^layers? 1(–\d+ \(\d+ layers\))? \+ head/.test(t));
     }, undefined, { timeout: 60_000 });
     await shot(hostPage, '07-ring');
     // A member sees its own place in the ring: itself and its measured links.
@@ -168,7 +173,12 @@ describe('the Kiwi UI against live headless sessions', () => {
       return cells.filter((c) => /^[\d.]+ ms$/.test(c)).length === 3;
     }, undefined, { timeout: 10_000 });
     await shot(hostPage, '08-host-plan');
-    await alicePage.getByText(/^\d+–\d+$/).waitFor();
+    // Counted from 1, as the ring view and the plan table count them.
+    await alicePage.getByText(/^layers? \d+(–\d+ \(\d+ layers\))?$/).waitFor();
+    const planLayers = await hostPage.locator('table').last().locator('tbody tr td:nth-child(2)').allTextContents();
+    expect(planLayers).toHaveLength(3);
+    expect(planLayers.every((t) => /^layers? \d+(–\d+ \(\d+ layers\))?$/.test(t))).toBe(true);
+    expect(planLayers.some((t) => /^layers? 1(–|$)/.test(t))).toBe(true);
     await alicePage.getByText('100%').waitFor();
     await alicePage.getByText(/^[\d.]+ ms per token$/).waitFor({ timeout: 10_000 });
     await shot(alicePage, '08-member-layers');

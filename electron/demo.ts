@@ -1,17 +1,14 @@
 // `npm run demo`: a whole Kiwi ring on this machine, so a newcomer sees it work at once: a
 // rendezvous, a host serving the OpenAI-compatible API, and two members (`friend-1` with its own
 // copy of the model, `friend-2` receiving its layers from the host), each a separate `kiwi`
-// process, exactly as on separate PCs. Uses $KIWI_MODEL, else downloads a tiny story model
-// (stories260K, 1 MB, pinned sha256) into the cache once. Ctrl-C stops everything.
+// process, exactly as on separate PCs. Uses $KIWI_MODEL, else the embedded tiny story model
+// (models/stories260K.gguf, 1.2 MB): no download. Ctrl-C stops everything.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { access } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
-import { downloadFile, formatProgress } from './engine/model/download.js';
-import { TEST_MODEL_CATALOG } from './engine/model/test-model-catalog.js';
-import { kiwiCacheDir } from './engine/paths.js';
+import { defaultModelPath } from './engine/paths.js';
 
-const DEFAULT_MODEL = 'stories260K.gguf';
 const root = resolve(import.meta.dirname, '..');
 const children: ChildProcess[] = [];
 
@@ -25,23 +22,9 @@ async function resolveModel(): Promise<string> {
     if (!(await exists(given))) throw new Error(`KIWI_MODEL=${given} does not exist. Set it to the path of a GGUF file.`);
     return given;
   }
-  const dest = join(kiwiCacheDir(), 'models', DEFAULT_MODEL);
-  if (await exists(dest)) return dest;
-  const entry = TEST_MODEL_CATALOG[DEFAULT_MODEL]!;
-  process.stderr.write(`Downloading the demo model ${DEFAULT_MODEL} from ${entry.url}\n`);
-  try {
-    await downloadFile({
-      url: entry.url, dest, sha256: entry.sha256, expectedBytes: entry.bytes,
-      onProgress: (p) => process.stderr.write(`\r${formatProgress(DEFAULT_MODEL, p)}`),
-    });
-    process.stderr.write('\n');
-  } catch (err) {
-    throw new Error(
-      `Could not download the demo model (${(err as Error).message}). Without internet access, set KIWI_MODEL to a GGUF file, ` +
-        'e.g. KIWI_MODEL=/path/to/model.gguf npm run demo',
-    );
-  }
-  return dest;
+  const embedded = defaultModelPath();
+  if (embedded === undefined) throw new Error('The embedded model models/stories260K.gguf is missing from this checkout; set KIWI_MODEL to a GGUF file.');
+  return embedded;
 }
 
 /** Starts `kiwi ARGS --json` and calls onEvent for each JSON line it prints. */
@@ -107,7 +90,8 @@ async function main(): Promise<void> {
         break;
       case 'serving':
         say(`\nKiwi is serving the OpenAI-compatible API at ${String(e.url)}\n`);
-        say(`Try:\n  curl ${String(e.url)}/chat/completions -H 'content-type: application/json' \\\n    -d '{"model":"${model.split('/').pop()!.replace(/\.gguf$/i, '')}","messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":64}'\n`);
+        // stories260K continues stories; it is no chat model, so the example is a plain completion.
+        say(`Try:\n  curl ${String(e.url)}/completions -H 'content-type: application/json' \\\n    -d '{"model":"${model.split('/').pop()!.replace(/\.gguf$/i, '')}","prompt":"Once upon a time","max_tokens":64}'\n`);
         say('Press Ctrl-C to stop.');
         break;
       case 'error':

@@ -50,9 +50,44 @@ describe('layering lint', () => {
     expect(await lint("import { ringHosting } from '../hosting/ring-control.js';\nexport const a = ringHosting;\n", 'electron/engine/pipeline/x.ts')).toEqual([
       expect.stringMatching(/lower engine layer/),
     ]);
-    // The ring implements the server's backend interface; the composition imports both.
-    expect(await lint("import type { CompletionBackend } from '../server/completion-backend.js';\nexport type A = CompletionBackend;\n", 'electron/engine/pipeline/x.ts')).toEqual([]);
+    // The ring implements the backend contract, which lives below both; the composition imports both.
+    expect(await lint("import type { CompletionBackend } from '../completion/completion-backend.js';\nexport type A = CompletionBackend;\n", 'electron/engine/pipeline/x.ts')).toEqual([]);
+    expect(await lint("import type { CompletionBackend } from '../completion/completion-backend.js';\nexport type A = CompletionBackend;\n", 'electron/engine/server/x.ts')).toEqual([]);
     expect(await lint("import { SessionHost } from '../pipeline/session-host.js';\nimport { SessionControl } from '../server/control-api-source.js';\nexport const a = [SessionHost, SessionControl];\n", 'electron/engine/hosting/x.ts')).toEqual([]);
+  });
+
+  // [the importing file's layer, the imported module, one name it exports, whether the lint allows it]
+  const layerCases: ReadonlyArray<readonly [string, string, string, boolean]> = [
+    // server/ and pipeline/ stay apart, with the completion contract below both.
+    ['pipeline', 'server/local-backend', 'LocalBackend', false],
+    ['completion', 'pipeline/ring-backend', 'RingBackend', false],
+    ['completion', 'server/http-server', 'startOpenAiServer', false],
+    ['completion', 'runtime/sampling', 'Sampler', true],
+    ['runtime', 'completion/completion-backend', 'PromptInput', false],
+    // The middle tier: session → rendezvous → transport, and planner → runtime; the branches apart.
+    ['transport', 'session/member', 'MemberSession', false],
+    ['transport', 'rendezvous/protocol', 'RelayChannel', false],
+    ['session', 'rendezvous/protocol', 'RelayChannel', true],
+    ['session', 'transport/secure-link', 'openSecureLink', true],
+    ['rendezvous', 'transport/ws', 'connectWs', true],
+    ['rendezvous', 'session/rendezvous-client', 'RendezvousClient', false],
+    ['planner', 'runtime/memory-model', 'tensorResidentBytes', true],
+    ['runtime', 'planner/plan', 'planRing', false],
+    ['runtime', 'session/member', 'MemberSession', false],
+    ['planner', 'transport/ws', 'connectWs', false],
+    ['session', 'runtime/stage', 'Stage', false],
+  ];
+
+  it.each(layerCases)('orders the layers: %s importing %s (%s) allowed: %s', async (from, module, name, allowed) => {
+    const messages = await lint(`import { ${name} } from '../${module}.js';\nexport const a = ${name};\n`, `electron/engine/${from}/x.ts`);
+    expect(messages).toEqual(allowed ? [] : [expect.stringMatching(/no-restricted-imports: .*lower engine layer does not import a higher one/)]);
+  });
+
+  it('names the layers an import may not reach, and lets the rendezvous tests drive the server with the real client', async () => {
+    expect(await lint("import { LocalBackend } from '../server/local-backend.js';\nexport const a = LocalBackend;\n", 'electron/engine/pipeline/x.ts')).toEqual([
+      expect.stringMatching(/\(server, hosting\)/),
+    ]);
+    expect(await lint("import { RendezvousClient } from '../session/rendezvous-client.js';\nexport const a = RendezvousClient;\n", 'electron/engine/rendezvous/x.test.ts')).toEqual([]);
   });
 
   it('refuses an electron import in main-process files other than the shell files', async () => {

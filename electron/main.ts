@@ -1,35 +1,48 @@
 // Electron main process: runs the engine (a SessionControl behind the control API on loopback)
 // and composes the shell around it: tray, window, IPC, settings. Single instance: a second launch
-// focuses the first one's window.
+// focuses the first one's window. The OpenAI API and the control API stay on loopback; the ring
+// listener and the embedded rendezvous listen where the settings (or --listen / --rendezvous-host,
+// as for the CLI) say, on every interface by default so that members can reach them.
 import { BrowserWindow, app, ipcMain } from 'electron';
 import Store from 'electron-store';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { runDeviceBench } from './engine/device/device-bench.js';
-import { kiwiCacheDir } from './engine/paths.js';
+import { defaultModelPath, kiwiCacheDir } from './engine/paths.js';
 import { ShardCache } from './engine/runtime/shard-cache.js';
 import { startControlApi, type ControlApi } from './engine/server/control-api.js';
 import { SessionControl } from './engine/server/control-api-source.js';
 import { modelFetcher } from './engine/hosting/model-fetch.js';
 import { memberRing, ringHosting } from './engine/hosting/ring-control.js';
+import { loadOrCreateIdentity } from './engine/session/identity.js';
 import { IPC_CHANNELS, isIpcChannel, type ControlApiAddress, type IpcInvokeMap } from './ipc-channels.js';
 import { setupTray, type KiwiTray } from './tray.js';
-import { setupWindow, type WindowBounds } from './window.js';
+import { isSameOrigin } from './url-policy.js';
+import { setupWebSecurity, setupWindow, type WindowBounds } from './window.js';
 
 interface Settings {
   /** Port of the OpenAI-compatible API while hosting. */
   apiPort: number;
   /** Name other members and the host see. */
   memberName: string;
+  /** Address of the direct ring listener (the CLI's --listen). */
+  listenHost: string;
+  /** Address of the embedded rendezvous while hosting (the CLI's --rendezvous-host). */
+  rendezvousHost: string;
   window: WindowBounds;
 }
 
+/** An IPv4/IPv6 address or a host name, as the listeners take it. */
+const ADDRESS_PATTERN = '^[0-9A-Za-z.:%_-]{1,253}$';
+
 const store = new Store<Settings>({
   name: 'settings',
-  defaults: { apiPort: 8080, memberName: hostname().slice(0, 64), window: { width: 1100, height: 760 } },
+  defaults: { apiPort: 8080, memberName: hostname().slice(0, 64), listenHost: '0.0.0.0', rendezvousHost: '0.0.0.0', window: { width: 1100, height: 760 } },
   schema: {
     apiPort: { type: 'integer', minimum: 1, maximum: 65535 },
     memberName: { type: 'string', minLength: 1, maxLength: 64 },
+    listenHost: { type: 'string', pattern: ADDRESS_PATTERN },
+    rendezvousHost: { type: 'string', pattern: ADDRESS_PATTERN },
     window: {
       type: 'object',
       properties: { width: { type: 'integer', minimum: 400 }, height: { type: 'integer', minimum: 300 }, x: { type: 'integer' }, y: { type: 'integer' } },
@@ -44,6 +57,14 @@ let tray: KiwiTray | undefined;
 let mainWindow: BrowserWindow | null = null;
 let quitting = false;
 
+/** A listener address: the command-line switch (as the CLI's flag) if given and valid, else the setting. */
+function listenerAddress(switchName: 'listen' | 'rendezvous-host', setting: 'listenHost' | 'rendezvousHost'): string {
+  const value = app.commandLine.getSwitchValue(switchName);
+  if (value === '') return store.get(setting);
+  if (!new RegExp(ADDRESS_PATTERN).test(value)) throw new Error(`--${switchName} must be an address, got '${value}'`);
+  return value;
+}
+
 const handlers: { [C in keyof IpcInvokeMap]: (...args: IpcInvokeMap[C]['args']) => Promise<IpcInvokeMap[C]['result']> } = {
   'control-api:address': async (): Promise<ControlApiAddress | null> => (api !== undefined ? { url: api.url, token: api.token } : null),
   'app:version': async () => app.getVersion(),
@@ -55,7 +76,7 @@ function setupIpc(): void {
       // Only our own window, showing our own UI, may call; the channel list is closed and takes no arguments.
       const from = BrowserWindow.fromWebContents(event.sender);
       const origin = api !== undefined ? new URL(api.url).origin : null;
-      if (!isIpcChannel(channel) || from === null || origin === null || !event.senderFrame?.url.startsWith(origin) || args.length > 0) throw new Error('refused');
+      if (!isIpcChannel(channel) || from === null || origin === null || !isSameOrigin(event.senderFrame?.url ?? '', origin) || args.length > 0) throw new Error('refused');
       return (handlers[channel] as () => Promise<unknown>)();
     });
   }
@@ -72,23 +93,28 @@ function openWindow(): void {
 }
 
 async function startEngine(): Promise<void> {
+  const listenHost = listenerAddress('listen', 'listenHost');
+  const rendezvousHost = listenerAddress('rendezvous-host', 'rendezvousHost');
   const c = new SessionControl({
     // Hosting and joining run the ring exactly as `kiwi host --model` and `kiwi join` do.
     startHosting: ringHosting({
       api: { port: store.get('apiPort') },
-      session: { embeddedRendezvous: { host: '0.0.0.0', port: 0 }, listenHost: '0.0.0.0' },
+      session: { embeddedRendezvous: { host: rendezvousHost, port: 0 }, listenHost },
       ring: { maxPositions: 4096, cache: new ShardCache(join(kiwiCacheDir(), 'shards')) },
       onError: (err) => console.error('kiwi: the ring failed:', err.message),
     }),
     // A model given by URL lands in the cache first (resumable), as with `kiwi host --model-url`.
     fetchModel: modelFetcher(),
+    // First run: "Host the built-in story model" hosts the stories260K bundled with the app.
+    defaultModel: defaultModelPath(),
     memberRing: memberRing({
       weightsDir: join(kiwiCacheDir(), 'weights'),
       cache: new ShardCache(join(kiwiCacheDir(), 'shards')),
       onError: (err) => console.error('kiwi: this member\'s stage failed:', err.message),
     }),
     runBench: (onProgress, signal) => runDeviceBench({ onProgress, signal }),
-    join: { name: store.get('memberName'), listenHost: '0.0.0.0' },
+    // The member's identity key lives in the app's data folder (0600): the host knows this machine by it across restarts.
+    join: { name: store.get('memberName'), listenHost, identity: await loadOrCreateIdentity(join(app.getPath('userData'), 'identity'), 'app') },
   });
   control = c;
   api = await startControlApi({ source: c });
@@ -128,6 +154,8 @@ if (!app.requestSingleInstanceLock()) {
     })();
   });
   void app.whenReady().then(async () => {
+    // Before any window exists: every web contents gets the navigation, window and permission policy.
+    setupWebSecurity(() => (api !== undefined ? new URL(api.url).origin : null));
     setupIpc();
     await startEngine();
     openWindow();

@@ -11,6 +11,7 @@ import { runDeviceBench } from '../../electron/engine/device/device-bench.js';
 import { startControlApi } from '../../electron/engine/server/control-api.js';
 import { SessionControl } from '../../electron/engine/server/control-api-source.js';
 import { modelFetcher } from '../../electron/engine/hosting/model-fetch.js';
+import { defaultModelPath } from '../../electron/engine/paths.js';
 import { memberRing, ringHosting } from '../../electron/engine/hosting/ring-control.js';
 
 const { values } = parseArgs({
@@ -43,6 +44,8 @@ const control = new SessionControl({
   }),
   // Models given by URL land in $KIWI_CACHE_DIR's models/ (the test points it at a scratch folder).
   fetchModel: modelFetcher(),
+  // The built-in model, as the app: models/stories260K.gguf of this checkout.
+  defaultModel: defaultModelPath(),
   memberRing: memberRing({ weightsDir: join(benchDir, 'weights'), onError: (err) => process.stderr.write(`headless member: ${err.message}\n`) }),
   runBench: (onProgress, signal) =>
     runDeviceBench({ cacheDir: benchDir, refresh: true, onProgress, signal, bandwidth: { threads: 1, bytesPerThread: 32 * 1024 * 1024, rounds: 8, passesPerRound: 1 } }),

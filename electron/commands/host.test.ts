@@ -4,6 +4,8 @@ import { isKiwiError } from '../engine/errors.js';
 import type { CommandContext } from './command.js';
 import { evictionTimes, ringFlagOptions } from './host.js';
 import { runKiwi } from './test-support/run-kiwi.js';
+import { providerLibraryInstalled } from '../engine/device/execution-providers.js';
+import { testModelPath } from '../engine/model/test-models.js';
 
 const ctx = (values: Record<string, string>): CommandContext => ({
   values, positionals: [], stdout: new PassThrough(), stderr: new PassThrough(), signal: new AbortController().signal,
@@ -62,9 +64,25 @@ describe('kiwi host flags', () => {
     expect(bare.stdout).toContain('USAGE');
   });
 
+  it('refuses an unknown --provider before opening a session, with or without a model', async () => {
+    const bad = await runKiwi(['host', '--provider', 'gpu', '--relay-only', '--json']);
+    expect(bad.code).not.toBe(0);
+    expect(JSON.parse(bad.stdout.trim().split('\n')[0]!)).toMatchObject({ error: { code: 'USAGE', message: expect.stringMatching(/--provider must be one of auto, cuda, dml, cpu/) } });
+    expect(bad.stdout).not.toContain('"session"');
+  });
+
+  // This machine has no CUDA provider library (onnxruntime-node's install script did not run).
+  it.runIf(process.platform === 'linux' && !providerLibraryInstalled('cuda'))('--provider cuda with a model fails with how to install it, before the code is shown', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    const r = await runKiwi(['host', '--model', model, '--provider', 'cuda', '--relay-only', '--no-bench', '--json']);
+    expect(r.code).not.toBe(0);
+    expect(JSON.parse(r.stdout.trim().split('\n')[0]!)).toMatchObject({ error: { code: 'PROVIDER_UNAVAILABLE', message: expect.stringMatching(/libonnxruntime_providers_cuda\.so missing.*ONNXRUNTIME_NODE_INSTALL=cuda12/) } });
+    expect(r.stdout).not.toContain('"session"');
+  });
+
   it('documents the new flags in --help', async () => {
     const help = await runKiwi(['host', '--help']);
-    for (const flag of ['--activations', '--zstd', '--heartbeat-timeout', '--recovery-timeout']) expect(help.stdout).toContain(flag);
+    for (const flag of ['--activations', '--zstd', '--heartbeat-timeout', '--recovery-timeout', '--provider']) expect(help.stdout).toContain(flag);
     expect(help.stdout).toMatch(/exact \(f32, the same tokens as one machine\), auto/);
   });
 });

@@ -8,7 +8,8 @@ import { joinCommand } from './join.js';
 import { planCommand } from './plan.js';
 import { rendezvousCommand } from './rendezvous.js';
 import { serveCommand } from './serve.js';
+import { statusCommand } from './status.js';
 import { synthCommand } from './synth.js';
 import { tokenizeCommand } from './tokenize.js';
 
-export const commands: Command[] = [inspectCommand, tokenizeCommand, generateCommand, serveCommand, benchCommand, planCommand, synthCommand, rendezvousCommand, hostCommand, joinCommand];
+export const commands: Command[] = [inspectCommand, tokenizeCommand, generateCommand, serveCommand, benchCommand, planCommand, synthCommand, rendezvousCommand, hostCommand, joinCommand, statusCommand];

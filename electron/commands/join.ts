@@ -8,14 +8,26 @@ import { isKiwiError, KiwiError } from '../engine/errors.js';
 import { findOnLan } from '../engine/session/lan-beacon.js';
 import { join } from 'node:path';
 import { kiwiCacheDir } from '../engine/paths.js';
+import { progressText } from '../engine/progress-rate.js';
+import { layerRangeText } from '../../common/ring-layout.js';
 import { RingMember } from '../engine/pipeline/ring-member.js';
+import { ringAssignment } from '../engine/hosting/ring-control.js';
+import { startControlApi } from '../engine/server/control-api.js';
+import { SessionControl } from '../engine/server/control-api-source.js';
+import { removeControlFile, writeControlFile } from '../engine/server/control-file.js';
 import { ShardCache } from '../engine/runtime/shard-cache.js';
+import { identityLabel, loadOrCreateIdentity } from '../engine/session/identity.js';
 import { MemberSession } from '../engine/session/member.js';
+import { validateName } from '../engine/session/member-name.js';
 import { parseSessionCode } from '../engine/session/session-code.js';
 import { readCapabilities } from './capabilities-file.js';
+import { flowCapabilities } from '../engine/device/flow-capabilities.js';
+import { RUNTIME_BASELINE_BYTES } from '../engine/planner/model-sizes.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
 import { intOption } from './rendezvous.js';
+import { parseIceServers } from '../engine/transport/ice-servers.js';
 import { eventPrinter, untilStopped } from './session-io.js';
+import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 
 export const joinCommand = defineCommand({
   name: 'join',
@@ -28,47 +40,80 @@ export const joinCommand = defineCommand({
   options: {
     rendezvous: { type: 'string', valueName: 'URL', description: 'Rendezvous of the session' },
     name: { type: 'string', valueName: 'NAME', description: 'Name the host sees (default: this computer\'s name)' },
-    'member-id': { type: 'string', valueName: 'ID', description: 'Identity to rejoin with (8-64 letters, digits, - or _)' },
+    'member-id': {
+      type: 'string', valueName: 'KEY',
+      description: 'Which of this machine\'s identity keys to join with (1-64 letters, digits, - or _; default: one per --name). ' +
+        'The key is kept in the cache folder\'s identity/ (readable only by you); the member id the host sees derives from it, so a restarted member rejoins as itself',
+    },
     listen: { type: 'string', valueName: 'ADDR', description: 'Address for direct ring links', default: '0.0.0.0' },
     'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
+    'no-ice': { type: 'boolean', description: 'No ICE (UDP, WebRTC data channel) ring links: only WebSocket direct links and the relay' },
+    stun: { type: 'string', valueName: 'URLS', description: 'STUN servers for ICE links, comma-separated stun:HOST:PORT (in addition to the rendezvous\'s own)' },
+    turn: { type: 'string', valueName: 'URLS', description: 'TURN servers for ICE links, comma-separated turn:USER:PASSWORD@HOST:PORT' },
     capabilities: { type: 'string', valueName: 'FILE', description: 'Device summary to show the host (the output of `kiwi bench --json`)' },
     'heartbeat-ms': { type: 'string', valueName: 'MS', description: 'Interval of heartbeats to the host', default: '5000' },
     model: { type: 'string', valueName: 'FILE', description: 'This machine\'s own copy of the host\'s model (else its layers come from the host)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for this member\'s stage (default: all cores)' },
+    provider: PROVIDER_OPTION,
     advertise: { type: 'string', valueName: 'URLS', description: 'ws:// addresses (comma-separated) to advertise for direct ring links instead of the listener\'s own, e.g. a port forward' },
     'keep-free-mb': { type: 'string', valueName: 'MB', description: 'Memory (VRAM with CUDA) to leave free for other programs: below it, ask the host for fewer layers instead of running out' },
+    'memory-mb': {
+      type: 'string', valueName: 'MB',
+      description: 'The most memory this member may use, the runtime\'s own included: the host plans its layers and KV cache within it (--keep-free-mb instead watches the machine\'s free memory while running)',
+    },
+    'no-bench': { type: 'boolean', description: 'Do not measure this device (without --capabilities the host then plans this member with its own figures)' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graph in memory instead of using the shard cache' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
   },
   async run(ctx) {
     const json = booleanOption(ctx, 'json');
     const print = eventPrinter(ctx.stdout, json);
-    const memberId = stringOption(ctx, 'member-id');
+    const identityKey = stringOption(ctx, 'member-id');
+    const name = validateName(stringOption(ctx, 'name') ?? hostname().slice(0, 64));
+    const identity = await loadOrCreateIdentity(join(kiwiCacheDir(), 'identity'), identityKey ?? identityLabel(name));
     const capabilitiesFile = stringOption(ctx, 'capabilities');
-    const capabilities = capabilitiesFile !== undefined ? await readCapabilities(capabilitiesFile) : undefined;
     const code = ctx.positionals.join(' ');
     const advertise = stringOption(ctx, 'advertise')?.split(',').map((u) => u.trim()).filter((u) => u !== '');
     if (advertise !== undefined && (advertise.length > 8 || advertise.some((u) => !/^wss?:\/\/\S+$/.test(u)))) {
       throw new KiwiError('USAGE', '--advertise takes up to 8 comma-separated ws:// or wss:// URLs');
     }
+    const memoryMbText = stringOption(ctx, 'memory-mb');
+    if (memoryMbText !== undefined && intOption(memoryMbText, 'memory-mb', 1, 2 ** 30) * 2 ** 20 < RUNTIME_BASELINE_BYTES) {
+      // One that fits the runtime but not a layer of the host's model is refused by the host (MEMORY_BUDGET_TOO_SMALL, with the figure).
+      throw new KiwiError('USAGE', `--memory-mb ${memoryMbText} cannot hold a member: its runtime alone needs ${RUNTIME_BASELINE_BYTES / 2 ** 20} MiB, and each layer its weights and KV cache on top`);
+    }
+    // Before anyone is contacted: an explicit --provider that cannot run fails here.
+    const provider = await resolveProviderFlag(ctx, print);
     // Without an address, look for the host's announcement on the LAN.
     const rendezvousUrl = stringOption(ctx, 'rendezvous') ?? process.env.KIWI_RENDEZVOUS ?? (await findOnLan(parseSessionCode(code).nameplate, { signal: ctx.signal }))[0] as string;
+    // Without --capabilities, the device bench (cached per hardware) tells the host what this machine can do.
+    const capabilities = await flowCapabilities({
+      ...(capabilitiesFile !== undefined ? { file: await readCapabilities(capabilitiesFile) } : {}),
+      bench: !booleanOption(ctx, 'no-bench'),
+      ...(memoryMbText !== undefined ? { memoryBudgetBytes: intOption(memoryMbText, 'memory-mb', 1, 2 ** 30) * 2 ** 20 } : {}),
+      onProgress: (message) => print('bench-progress', { message }, `measuring this device: ${message}`),
+      signal: ctx.signal,
+    });
     const member = new MemberSession({
       code,
       rendezvousUrl,
-      name: stringOption(ctx, 'name') ?? hostname().slice(0, 64),
-      ...(memberId !== undefined ? { memberId } : {}),
+      name,
+      identity,
       ...(capabilities !== undefined ? { capabilities } : {}),
       heartbeatMs: intOption(stringOption(ctx, 'heartbeat-ms') ?? '5000', 'heartbeat-ms', 10, 3_600_000),
       ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
+      ice: booleanOption(ctx, 'no-ice') ? false : { iceServers: parseIceServers(stringOption(ctx, 'stun'), stringOption(ctx, 'turn')) },
       ...(advertise !== undefined ? { advertise } : {}),
     });
-    member.on('joined', (j) => print('joined', { peer: j.peer, state: j.state, member_id: member.memberId, rejoin: j.rejoin },
-      j.state === 'active' ? 'joined the session' : 'waiting for the host to approve'));
+    member.on('joined', (j) => print('joined', { peer: j.peer, state: j.state, member_id: member.memberId, fingerprint: j.fingerprint, rejoin: j.rejoin },
+      j.state === 'active' ? `joined the session (fingerprint ${j.fingerprint})` : `waiting for the host to approve: tell them your fingerprint ${j.fingerprint}`));
     member.on('approved', () => print('approved', {}, 'the host approved this member'));
     member.on('disconnected', (reason) => print('disconnected', { reason }, `disconnected (${reason}); reconnecting`));
     member.on('link', (s) => {
-      if (s.state === 'up' && s.rttMs !== undefined) print('link', { peer: s.peer, kind: s.kind, rtt_ms: Number(s.rttMs.toFixed(3)) }, `link to ${s.peer}: ${s.kind}, ${s.rttMs.toFixed(2)} ms`);
+      if (s.state === 'up' && s.rttMs !== undefined) {
+        print('link', { peer: s.peer, kind: s.kind, transport: s.transport ?? null, rtt_ms: Number(s.rttMs.toFixed(3)) },
+          `link to ${s.peer}: ${s.kind}${s.transport !== undefined ? ` (${s.transport})` : ''}, ${s.rttMs.toFixed(2)} ms`);
+      }
     });
     member.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
     const modelPath = stringOption(ctx, 'model');
@@ -78,11 +123,14 @@ export const joinCommand = defineCommand({
       ...(keepFreeText !== undefined ? { keepFreeBytes: intOption(keepFreeText, 'keep-free-mb', 0, 2 ** 30) * 2 ** 20 } : {}),
       ...(modelPath !== undefined ? { modelPath } : {}),
       weightsDir: join(kiwiCacheDir(), 'weights'),
+      provider,
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
     });
-    ring.on('assigned', (a) => print('assigned', { start: a.start, end: a.end, head: a.head }, `assigned layers ${a.start}-${a.end}`));
-    ring.on('weights-progress', (p) => print('weights-progress', { received_bytes: p.receivedBytes, total_bytes: p.totalBytes }, `weights: ${p.receivedBytes} of ${p.totalBytes} bytes`));
+    ring.on('assigned', (a) => print('assigned', { start: a.start, end: a.end, head: a.head }, `assigned ${layerRangeText(a.start, a.end)}`));
+    ring.on('weights-progress', (p) => print.progress('weights-progress', 'weights', {
+      received_bytes: p.receivedBytes, total_bytes: p.totalBytes, bytes_per_s: p.bytesPerSecond, eta_s: p.etaSeconds, final: p.final,
+    }, `weights: ${progressText({ done: p.receivedBytes, total: p.totalBytes, rate: p.bytesPerSecond, etaSeconds: p.etaSeconds, final: p.final })}`, p.final));
     ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
     ring.on('memory', (m) => print('memory', { low: m.low, free_bytes: m.freeBytes, memory_bytes: m.memoryBytes },
@@ -95,7 +143,26 @@ export const joinCommand = defineCommand({
       const status = { ...ring.status(), links: member.linkStatuses() };
       print('status', status, JSON.stringify(status, null, 2));
     });
-    const fatal = new Promise<KiwiError>((resolve) => member.once('fatal', resolve));
+    // `kiwi status` asks this member through a loopback control API (token in a 0600 file).
+    const control = new SessionControl();
+    control.attachMember(member, {
+      assignment: () => ringAssignment(ring.status()),
+      flow: () => null,
+      handBack: () => ring.handBack(),
+      close: () => ring.close(),
+    }, { code, rendezvous: rendezvousUrl });
+    const api = await startControlApi({ source: control, staticDir: null });
+    const tokenFile = await writeControlFile({ url: api.url, token: api.token, role: 'member' });
+    print('control', { api_url: api.url, token_file: tokenFile }, `Status: kiwi status (control API ${api.url}, token in ${tokenFile})`);
+    const stopControl = async (): Promise<void> => {
+      await removeControlFile(tokenFile);
+      await api.close();
+    };
+    // A wrong code, or a host that will not plan this member (--memory-mb below one layer: it names the figure).
+    const fatal = new Promise<KiwiError>((resolve) => {
+      member.once('fatal', resolve);
+      ring.once('refused', resolve);
+    });
     const fail = (err: KiwiError): number => {
       // The --json contract wants an error event; text mode lets cli.ts print the message.
       if (!json) throw err;
@@ -107,16 +174,16 @@ export const joinCommand = defineCommand({
       await member.connect();
     } catch (err) {
       rl.close();
+      await stopControl();
       if (!isKiwiError(err)) throw err;
       return fail(err);
     }
     let failure: KiwiError | undefined;
     await untilStopped(ctx.signal, fatal.then((err) => (failure = err)));
-    if (failure !== undefined) {
-      rl.close();
-      return fail(failure);
-    }
     rl.close();
+    await stopControl();
+    if (failure?.code === 'MEMORY_BUDGET_TOO_SMALL') await member.leave().catch(() => undefined);
+    if (failure !== undefined) return fail(failure);
     // Hand the layers back first, so the ring re-plans without this machine before it goes.
     print('leaving', {}, 'handing back this machine\'s layers…');
     await ring.handBack();

@@ -62,6 +62,23 @@ describe('kiwi plan', () => {
     expect(stdout).toMatch(/bottleneck/);
   });
 
+  it('keeps what devices hold (holds in the fleet file) and prints what each must fetch', async () => {
+    const path = await fleetFile('holds.json', {
+      model: { ...model, layers: 32, head_bytes: 2 * model.block_bytes },
+      context: 1024,
+      devices: [
+        { name: 'host', memory_bytes: 100e9, block_ms: 1, holds: [[0, 9]] },
+        { name: 'm1', memory_bytes: 100e9, block_ms: 0.56, holds: [[9, 21]] },
+      ],
+    });
+    const json = await run(['plan', '--fleet', path, '--json']);
+    expect(json.code).toBe(0);
+    const plan = JSON.parse(json.stdout);
+    expect(plan.stages.map((s: { start: number; end: number; fetch_bytes: number }) => [s.start, s.end, s.fetch_bytes])).toEqual([[0, 9, 0], [9, 32, 11 * model.block_bytes]]);
+    const table = await run(['plan', '--fleet', path]);
+    expect(table.stdout).toMatch(/m1\s+\[9, 32\).*fetch 2\.99 GiB/);
+  });
+
   it('exits non-zero with the error JSON when the fleet cannot hold the model', async () => {
     const path = await fleetFile('short.json', {
       model,
@@ -134,6 +151,6 @@ describe('kiwi plan', () => {
     const tied = modelSizesFromSummary({ ...summary, tied_embeddings: true, head_bytes: { embedding, output: 0, output_norm, total: embedding + output_norm } });
     expect(tied.headBytes).toBe(embedding + output_norm);
     expect(tied.headResidentBytes).toBe(embedding + output_norm);
-    expect(sizes.kvBytesPerTokenPerLayer).toBe(2 * summary.head_count_kv * summary.head_dim * 2);
+    expect(sizes.kvBytesPerTokenPerLayer).toBe(2 * summary.head_count_kv * summary.head_dim * 4); // f32 K/V
   });
 });

@@ -5,11 +5,10 @@ import { readFile, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { KiwiError } from '../engine/errors.js';
 import { openGguf } from '../engine/model/gguf/gguf-reader.js';
-import { summarizeModel } from '../engine/model/model-summary.js';
 import { parseFleetFile, withModelSizes, type Fleet } from '../engine/planner/fleet.js';
 import { planFleet } from '../engine/planner/plan.js';
 import { toPlanJson, type PlanJson } from '../engine/planner/plan-json.js';
-import { modelSizesFromSummary } from '../engine/planner/model-sizes.js';
+import { modelSizesFromGguf } from '../engine/planner/model-sizes.js';
 import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
 
 /** A fleet file is a few kB; refuse anything absurd before reading it. */
@@ -62,8 +61,7 @@ export async function loadFleet(path: string): Promise<Fleet> {
   const model = file.model;
   if (!('gguf' in model)) return { ...file, model };
   const ggufPath = resolve(dirname(path), model.gguf);
-  const summary = summarizeModel(await openGguf(ggufPath));
-  return withModelSizes(file, modelSizesFromSummary(summary));
+  return withModelSizes(file, modelSizesFromGguf(await openGguf(ggufPath)));
 }
 
 function formatPlan(fleet: Fleet, plan: PlanJson): string {
@@ -76,11 +74,13 @@ function formatPlan(fleet: Fleet, plan: PlanJson): string {
     '',
   ];
   const width = Math.max(6, ...plan.stages.map((s) => s.device.length));
+  // Fetches are news only when some device said what it holds (otherwise every stage fetches all).
+  const holding = fleet.devices.some((d) => (d.holds?.length ?? 0) > 0);
   lines.push(`${'device'.padEnd(width)}  layers      stage${unit.padEnd(3)}  memory GiB`);
   for (const s of plan.stages) {
     const memory = fleet.devices.find((d) => d.name === s.device)?.memoryBytes ?? 0;
     lines.push(
-      `${s.device.padEnd(width)}  ${`[${s.start}, ${s.end})`.padEnd(10)}  ${num(s.stage_ms).padStart(8)}  ${gib(s.memory_bytes)} of ${gib(memory)}${s.head ? '  (head)' : ''}`,
+      `${s.device.padEnd(width)}  ${`[${s.start}, ${s.end})`.padEnd(10)}  ${num(s.stage_ms).padStart(8)}  ${gib(s.memory_bytes)} of ${gib(memory)}${s.head ? '  (head)' : ''}${holding ? `  fetch ${gib(s.fetch_bytes)} GiB` : ''}`,
     );
   }
   lines.push('');

@@ -12,12 +12,13 @@ export const rendezvousCommand = defineCommand({
   description:
     'Hosts open a session here and members find it by the number at the start of the code. The rendezvous ' +
     'passes the key exchange (it cannot learn the key), and relays ring links that cannot connect directly ' +
-    '(it sees only ciphertext). After --max-failed-attempts wrong codes a session takes no more members.',
+    '(it sees only ciphertext). After --max-failed-attempts wrong codes from one address a session takes no more ' +
+    'members from there (strangers guessing cannot lock the friends out); after 20 from everywhere it takes no new ones.',
   positionals: [],
   options: {
     port: { type: 'string', valueName: 'P', description: 'Port to listen on (0 picks a free one)', default: '7420' },
     host: { type: 'string', valueName: 'ADDR', description: 'Address to listen on (0.0.0.0 for every interface)', default: '0.0.0.0' },
-    'max-failed-attempts': { type: 'string', valueName: 'N', description: 'Wrong codes after which a session closes to new members', default: '5' },
+    'max-failed-attempts': { type: 'string', valueName: 'N', description: 'Wrong codes from one address (IPv6: one /64) after which a session refuses that address', default: '5' },
     json: { type: 'boolean', description: 'Print events as JSON lines' },
   },
   async run(ctx) {

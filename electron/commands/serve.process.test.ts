@@ -38,10 +38,15 @@ describe('kiwi serve (a real process on loopback)', () => {
 
   it('with --lan listens on all interfaces and warns when there is no API key', async () => {
     const model = await testModelPath('stories260K.gguf');
-    const p = procs.spawn(process.execPath, [...kiwiEntry(), 'serve', '--model', model, '--lan', '--port', '0', '--threads', '1', '--no-shard-cache', '--json']);
+    const p = procs.spawn(process.execPath, [...kiwiEntry(), 'serve', '--model', model, '--lan', '--port', '0', '--threads', '1', '--no-shard-cache', '--cors-origin', 'https://chat.example', '--json']);
     const serving = await waitEvent(p, (e) => e.event === 'serving', 'the serving event', 30_000);
     expect(serving.host).toBe('0.0.0.0');
     expect((await fetch(`${serving.url as string}/models`)).status).toBe(200);
     expect(p.stderr.join('\n')).toMatch(/without --api-key/);
+    expect(p.events.find((e) => e.event === 'warning')).toMatchObject({ code: 'API_UNPROTECTED', message: expect.stringMatching(/0\.0\.0\.0 without --api-key/) });
+    // --cors-origin: that page may call from a browser; others may not.
+    const preflight = (origin: string) => fetch(`${serving.url as string}/chat/completions`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST' } });
+    expect((await preflight('https://chat.example')).headers.get('access-control-allow-origin')).toBe('https://chat.example');
+    expect((await preflight('https://other.example')).status).toBe(403);
   });
 });

@@ -1,5 +1,7 @@
 // `kiwi serve`: runs a whole model in this process (optionally as a chain of --split stages) behind
-// the OpenAI-compatible API until SIGINT/SIGTERM. JSON events: loading, serving {url}, stopped.
+// the OpenAI-compatible API until SIGINT/SIGTERM. The model: --model FILE, --model URL (downloaded
+// into the cache first, model-arg.ts), or the embedded stories260K. JSON events: model,
+// downloading / download-progress (for a URL), loading, serving {url}, stopped.
 import { join } from 'node:path';
 import { KiwiError } from '../engine/errors.js';
 import { kiwiCacheDir } from '../engine/paths.js';
@@ -7,8 +9,12 @@ import { parseSplit } from '../engine/runtime/layer-range.js';
 import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
 import { ShardCache } from '../engine/runtime/shard-cache.js';
 import { startOpenAiServer } from '../engine/server/http-server.js';
+import { resolveChatTemplate } from '../engine/server/chat-template-names.js';
 import { LocalBackend } from '../engine/server/local-backend.js';
+import { formatRequestLog, type RequestLogEntry } from '../engine/server/openai-api.js';
+import { API_BROWSER_OPTIONS, apiBrowserPolicy, warnIfUnprotected } from './api-flags.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
+import { resolveModelArg } from './model-arg.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
 
@@ -18,16 +24,19 @@ export const serveCommand = defineCommand({
   name: 'serve',
   summary: 'Serve a GGUF model on this machine as an OpenAI-compatible API',
   description:
-    'Serves POST /v1/chat/completions, POST /v1/completions and GET /v1/models (streaming and not) until Ctrl-C. ' +
+    'Serves POST /v1/chat/completions, /v1/completions, /v1/responses (streaming and not), /v1/embeddings, GET /v1/models, ' +
+    "and llama-server's POST /tokenize, /detokenize and /apply-template until Ctrl-C. " +
     'Listens on 127.0.0.1 unless --lan or --host says otherwise; with --lan, set an API key. ' +
     'The API key can also come from the KIWI_API_KEY environment variable (it then stays out of the process list).',
   positionals: [],
   options: {
-    model: { type: 'string', valueName: 'FILE', description: 'Path of the GGUF model file' },
+    model: { type: 'string', valueName: 'FILE|URL', description: 'The GGUF model: a file, or an http(s) URL (e.g. a Hugging Face …/resolve/main/x.gguf link) downloaded into the cache once, resumably; default: the embedded stories260K story model' },
+    'model-sha256': { type: 'string', valueName: 'HEX', description: 'With --model URL: the file\'s expected sha256, checked before it is used' },
     port: { type: 'string', valueName: 'P', description: 'Port of the API (0: any free port)', default: '8080' },
     host: { type: 'string', valueName: 'ADDR', description: 'Address to listen on (default 127.0.0.1)' },
     lan: { type: 'boolean', description: 'Listen on all interfaces so other machines on the network can connect' },
     'api-key': { type: 'string', valueName: 'KEY', description: 'Require Authorization: Bearer KEY on every /v1 request' },
+    ...API_BROWSER_OPTIONS,
     split: { type: 'string', valueName: 'RANGES', description: 'Run the model as stages with these layer ranges, e.g. 0-2,2-5' },
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once (batched decoding)', default: '8' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a free slot; more get HTTP 429', default: '64' },
@@ -35,11 +44,15 @@ export const serveCommand = defineCommand({
     provider: { type: 'string', valueName: 'EP', description: 'Execution provider: cpu, cuda or dml (default: best available)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads (default: all cores)' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graphs in memory instead of using the shard cache on disk' },
+    'chat-template': {
+      type: 'string',
+      valueName: 'FILE|NAME',
+      description: "Use this Jinja chat template instead of the model's: a file, or chatml, llama3, gemma, mistral or plain",
+    },
+    'log-requests': { type: 'boolean', description: 'Print one line per request: method, path, status, milliseconds, tokens' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
   },
   async run(ctx) {
-    const modelPath = stringOption(ctx, 'model');
-    if (modelPath === undefined) throw new KiwiError('USAGE', "missing --model. Run 'kiwi serve --help'.");
     const lan = booleanOption(ctx, 'lan');
     if (lan && stringOption(ctx, 'host') !== undefined) throw new KiwiError('USAGE', 'give either --lan or --host, not both');
     const host = lan ? '0.0.0.0' : (stringOption(ctx, 'host') ?? '127.0.0.1');
@@ -57,6 +70,15 @@ export const serveCommand = defineCommand({
     const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
     const json = booleanOption(ctx, 'json');
     const print = eventPrinter(ctx.stdout, json);
+    const templateOption = stringOption(ctx, 'chat-template');
+    const chatTemplate = templateOption !== undefined ? resolveChatTemplate(templateOption) : undefined;
+    const logRequests = booleanOption(ctx, 'log-requests');
+    const browserPolicy = apiBrowserPolicy(ctx);
+    // After the other flags are checked, so a typo fails before a long download.
+    const { path: modelPath, embedded } = await resolveModelArg(stringOption(ctx, 'model'), {
+      useDefault: true, sha256: stringOption(ctx, 'model-sha256'), print, signal: ctx.signal,
+    });
+    if (embedded) print('model', { path: modelPath, embedded: true }, `No --model given: serving the embedded ${modelPath} (a tiny story model; prompt it with the start of a story)`);
 
     const backend = new LocalBackend(modelPath, {
       ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
@@ -65,6 +87,7 @@ export const serveCommand = defineCommand({
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
       maxBatch: parallel,
       kvBudgetBytes: kvCacheMb * 1024 * 1024,
+      ...(chatTemplate !== undefined ? { chatTemplate } : {}),
     });
     // Listen first: a port in use fails at once, and clients get 503 (not a refused connection) while the model loads.
     const server = await startOpenAiServer(backend, {
@@ -72,16 +95,16 @@ export const serveCommand = defineCommand({
       port,
       maxActive: parallel,
       maxQueue,
+      ...browserPolicy,
       ...(apiKey !== undefined ? { apiKey } : {}),
       onError: (err) => ctx.stderr.write(`kiwi serve: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
+      ...(logRequests ? { onRequestDone: (e: RequestLogEntry) => print('request', { ...e, ms: Math.round(e.ms) }, formatRequestLog(e)) } : {}),
     });
     const stopped = untilStopped(ctx.signal);
     try {
       print('loading', { model: backend.modelId, url: server.url }, `Loading ${modelPath} (the API answers 503 until it is ready)...`);
       await backend.load();
-      if (lan && apiKey === undefined) {
-        ctx.stderr.write('kiwi serve: warning: listening on all interfaces without --api-key; anyone on the network can use the model\n');
-      }
+      warnIfUnprotected(print, ctx.stderr, 'serve', host, apiKey);
       print('serving', { url: server.url, model: backend.modelId, host: server.host, port: server.port }, `Serving ${backend.modelId} at ${server.url} (Ctrl-C to stop)`);
       await stopped;
     } finally {

@@ -3,8 +3,10 @@
 // with SIGKILL is soft- then hard-evicted and can rejoin.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { formatSessionCode, parseSessionCode } from '../engine/session/session-code.js';
-import { askStatus, ProcessSet, until, waitEvent, type Proc } from '../engine/test-support/processes.js';
+import { askStatus, isolatedCacheDir, ProcessSet, until, waitEvent, type Proc } from '../engine/test-support/processes.js';
 
+// Members keep their identity keys in the cache folder: this file's own.
+isolatedCacheDir('kiwi-session-process-');
 const procs = new ProcessSet();
 afterEach(() => procs.killAll());
 afterAll(() => procs.dispose());
@@ -76,7 +78,8 @@ describe('kiwi rendezvous, host and join (real processes on loopback)', () => {
     const session = await waitEvent(host, (e) => e.event === 'session', 'the session code');
     const args = ['join', session.code as string, '--rendezvous', session.rendezvous as string, '--name', 'kim', '--member-id', 'kim-laptop-1', '--heartbeat-ms', '100', '--json'];
     const first = kiwi(...args);
-    await waitEvent(first, (e) => e.event === 'joined', 'joined');
+    const firstId = (await waitEvent(first, (e) => e.event === 'joined', 'joined')).member_id;
+    expect(firstId).toMatch(/^[A-Za-z0-9_-]{22}$/);
     first.child.kill('SIGKILL');
     await first.exited;
     const soft = await waitEvent(host, (e) => e.event === 'member-left' && e.reason === 'soft-evicted', 'soft eviction');
@@ -85,6 +88,32 @@ describe('kiwi rendezvous, host and join (real processes on loopback)', () => {
     const again = kiwi(...args);
     await waitEvent(again, (e) => e.event === 'joined', 'joined again');
     const rejoined = await waitEvent(host, (e) => e.event === 'member-joined' && e.rejoined === true, 'the rejoin');
-    expect(rejoined).toMatchObject({ name: 'kim', member_id: 'kim-laptop-1' });
+    // The same key from the cache folder: the same member id, without approving it again.
+    expect(rejoined).toMatchObject({ name: 'kim', member_id: firstId });
+  });
+
+  it('approves by the fingerprint both screens show, and refuses a name an impostor shares', async () => {
+    const host = kiwi('host', '--json');
+    const session = await waitEvent(host, (e) => e.event === 'session', 'the session code');
+    const join = (...extra: string[]): Proc => kiwi('join', session.code as string, '--rendezvous', session.rendezvous as string, '--name', 'ada', '--json', ...extra);
+    const friend = join();
+    const friendFp = (await waitEvent(friend, (e) => e.event === 'joined', 'the friend waiting')).fingerprint as string;
+    expect(friendFp).toMatch(/^[0-9a-z]{4}-[0-9a-z]{4}$/);
+    expect(await waitEvent(host, (e) => e.event === 'member-pending' && e.fingerprint === friendFp, 'the friend on the host')).toMatchObject({ name: 'ada' });
+    // Another machine (another key) under the same name.
+    const impostor = join('--member-id', 'another-machine');
+    const impostorFp = (await waitEvent(impostor, (e) => e.event === 'joined', 'the impostor waiting')).fingerprint as string;
+    await waitEvent(host, (e) => e.event === 'member-pending' && e.fingerprint === impostorFp, 'the impostor on the host');
+    host.child.stdin?.write('approve ada\n');
+    const refused = await waitEvent(host, (e) => e.event === 'error' && e.code === 'MEMBER_AMBIGUOUS', 'the refusal');
+    expect(refused.message).toContain(friendFp);
+    expect(refused.message).toContain(impostorFp);
+    host.child.stdin?.write(`approve ${friendFp.toUpperCase()}\n`);
+    await waitEvent(friend, (e) => e.event === 'approved', 'the friend approved');
+    expect(await waitEvent(host, (e) => e.event === 'member-joined', 'the join')).toMatchObject({ name: 'ada', fingerprint: friendFp });
+    const status = await askStatus(host);
+    const states = (status.members as Array<{ fingerprint: string; state: string }>).map((m) => [m.fingerprint, m.state]);
+    expect(states.sort()).toEqual([[friendFp, 'active'], [impostorFp, 'pending']].sort());
+    expect(impostor.events.some((e) => e.event === 'approved')).toBe(false);
   });
 });

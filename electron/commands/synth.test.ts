@@ -32,6 +32,26 @@ describe('kiwi synth', () => {
     expect(f.tensor('blk.0.attn_v.bias')).toMatchObject({ type: GgmlType.F32, dims: [32] });
   });
 
+  it('writes the q4_k_m mix, which inspect counts and generate runs', async () => {
+    const shape = JSON.stringify({ name: 'mix', architecture: 'llama', blockCount: 8, embeddingLength: 256, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 400, contextLength: 128, tiedEmbeddings: false });
+    const out = join(dir, 'q4km.gguf');
+    const r = await kiwi(['synth', '--shape', shape, '--quant', 'q4_k_m', '--out', out, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ quant: 'q4_k_m' });
+    // 8 layers: llama.cpp's Q4_K_M gives layers 0 and 7 (first and last eighth) and 3, 6 (every third between) Q6_K attn_v and ffn_down.
+    const f = await openGguf(out);
+    expect(f.metadata.get('general.file_type')).toBe(15);
+    const six = f.tensors.filter((t) => t.type === GgmlType.Q6_K).map((t) => t.name);
+    expect(six.sort()).toEqual(['blk.0.attn_v.weight', 'blk.0.ffn_down.weight', 'blk.3.attn_v.weight', 'blk.3.ffn_down.weight', 'blk.6.attn_v.weight', 'blk.6.ffn_down.weight', 'blk.7.attn_v.weight', 'blk.7.ffn_down.weight', 'output.weight']);
+    const inspect = await kiwi(['inspect', out, '--json']);
+    expect(inspect.code, inspect.stderr).toBe(0);
+    // 7 matrices a block plus the embedding; the output and 8 block matrices are Q6_K.
+    expect(JSON.parse(inspect.stdout).tensor_types).toMatchObject({ Q4_K: 8 * 7 + 1 - 8, Q6_K: 9 });
+    const gen = await kiwi(['generate', '--model', out, '--prompt', 'hello', '--max-tokens', '4', '--threads', '1', '--no-shard-cache', '--json']);
+    expect(gen.code, gen.stderr).toBe(0);
+    expect(JSON.parse(gen.stdout).ids).toHaveLength(4);
+  });
+
   it('refuses missing or bad options with a usage error', async () => {
     const cases: Array<[string[], RegExp]> = [
       [['synth', '--out', join(dir, 'x.gguf')], /missing --shape/],

@@ -12,7 +12,9 @@ export const synthCommand = defineCommand({
     `Named shapes: ${Object.keys(NAMED_SHAPES).join(', ')}. A JSON shape (inline or a file path) gives ` +
     'name, architecture (llama|mistral|qwen2|qwen3), blockCount, embeddingLength, headCount, headCountKv, feedForwardLength, ' +
     'vocabSize, contextLength and optionally headDim, rmsEps, ropeFreqBase, ropeScaling, tiedEmbeddings, qkvBias, qkNorm. ' +
-    'Norms stay F32; rows that are not whole k-quant blocks fall back to Q4_0/Q8_0. Progress goes to stderr.',
+    "Norms stay F32; rows that are not whole k-quant blocks fall back to Q4_0/Q8_0. q4_k_m is llama.cpp's Q4_K_M mix: " +
+    'Q6_K for the output projection (or tied embedding) and for attn_v and ffn_down in the first and last eighth of the layers ' +
+    'and every third layer between, Q4_K elsewhere (general.file_type 15). Progress goes to stderr.',
   positionals: [],
   options: {
     shape: { type: 'string', valueName: 'NAME|JSON', description: 'A named shape, inline JSON or a JSON file' },

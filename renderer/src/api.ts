@@ -84,9 +84,12 @@ export const api = {
   status: () => call(SessionStatus, 'GET', '/status'),
   device: () => call(DeviceCard, 'GET', '/device'),
   bench: (refresh: boolean) => call(DeviceCard, 'POST', '/device/bench', { refresh }),
-  /** Hosts a local GGUF file, or downloads `{ url }` into the model cache first and hosts it then. */
-  host: (model: { path: string } | { url: string }, autoApprove: boolean) =>
-    call(SessionStatus, 'POST', '/session/host', { ...('path' in model ? { model: model.path } : { model_url: model.url }), auto_approve: autoApprove }),
+  /** Hosts a local GGUF file, or downloads `{ url }` into the model cache first and hosts it then; 'built-in': the embedded stories260K. */
+  host: (model: { path: string } | { url: string } | 'built-in', autoApprove: boolean) =>
+    call(SessionStatus, 'POST', '/session/host', {
+      ...(model === 'built-in' ? {} : 'path' in model ? { model: model.path } : { model_url: model.url }),
+      auto_approve: autoApprove,
+    }),
   cancelDownload: () => call(SessionStatus, 'POST', '/session/download/cancel', {}),
   join: (code: string, rendezvous: string | undefined, name?: string) => call(SessionStatus, 'POST', '/session/join', { code, ...(rendezvous ? { rendezvous } : {}), ...(name ? { name } : {}) }),
   leave: () => call(SessionStatus, 'POST', '/session/leave', {}),

@@ -7,6 +7,7 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { kiwiCacheDir } from '../paths.js';
+import { formatEta, ProgressRate } from '../progress-rate.js';
 import { probeExecutionProviders, type ProviderProbe } from './execution-providers.js';
 import { probeHost, type HostInfo } from './host-probe.js';
 import { measureHostBandwidth, type BandwidthOptions, type BandwidthResult } from './memory-bandwidth.js';
@@ -114,10 +115,17 @@ export async function runDeviceBench(options: DeviceBenchOptions = {}): Promise<
     const providers = await probeExecutionProviders();
     signal?.throwIfAborted();
     progress('measuring memory bandwidth with every core');
+    // A few messages a second at most (short rounds come fast), the last round always, with the time left.
+    const rounds = new ProgressRate();
     const bw = await measureHostBandwidth({
       ...options.bandwidth,
       signal,
-      onProgress: (done, total, gbps) => progress(`memory bandwidth: round ${done}/${total}: ${gbps.toFixed(1)} GB/s`),
+      onProgress: (done, total, gbps) => {
+        const p = rounds.update(done, total);
+        if (p === null) return;
+        const left = !p.final && p.etaSeconds !== null ? `, about ${formatEta(p.etaSeconds)} left` : '';
+        progress(`memory bandwidth: round ${done}/${total}: ${gbps.toFixed(1)} GB/s${left}`);
+      },
     });
     const perProvider: Measurements['bandwidth']['providers'] = [];
     for (const p of providers) {

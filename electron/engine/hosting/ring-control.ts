@@ -9,10 +9,9 @@ import { totalmem } from 'node:os';
 import type { FlowWire, PlanWire, RingStateWire, SessionStatus, StageWire } from '../../../common/control-api.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf } from '../model/gguf/gguf-reader.js';
-import { summarizeModel } from '../model/model-summary.js';
 import { RingMember, type RingMemberOptions } from '../pipeline/ring-member.js';
 import { createSessionHost, type SessionHost, type SessionHostOptions, type SessionHostStatus } from '../pipeline/session-host.js';
-import { modelSizesFromSummary } from '../planner/model-sizes.js';
+import { modelSizesFromGguf } from '../planner/model-sizes.js';
 import type { HostOptions } from '../session/host.js';
 import type { MemberSession } from '../session/member.js';
 import type { HostedSession, HostingRequest, MemberRing, StartHosting } from '../server/control-api-source.js';
@@ -147,7 +146,7 @@ export async function ringModelOptions(modelPath: string): Promise<Pick<SessionH
   const file = await openGguf(modelPath);
   return {
     modelPath,
-    modelSizes: modelSizesFromSummary(summarizeModel(file)),
+    modelSizes: modelSizesFromGguf(file),
     // Without a benchmark of its own, the host stands in its RAM (memory tier) for every device that reports none.
     hostDevice: { memoryBytes: totalmem() },
   };

@@ -12,6 +12,10 @@ import type { Tokenizer } from './tokenizer/tokenizer.js';
 export interface ChatMessage {
   role: string;
   content: string;
+  /** Tool calling (completion/tool-prompt.ts): handed to the template as OpenAI names them. */
+  tool_calls?: unknown;
+  tool_call_id?: string;
+  name?: string;
 }
 
 export interface ChatRenderOptions {

@@ -46,9 +46,10 @@ export interface WirePolicy {
   zstd: ZstdPolicy;
 }
 
-/** The default: token-identical to one process. */
 export const EXACT_WIRE_POLICY: WirePolicy = { activations: 'exact', zstd: 'off' };
 export const AUTO_WIRE_POLICY: WirePolicy = { activations: 'auto', zstd: 'auto' };
+/** The default everywhere (SessionHost, `kiwi host`, the UI): token-identical to one process. Its one owner. */
+export const DEFAULT_WIRE_POLICY: WirePolicy = EXACT_WIRE_POLICY;
 
 /**
  * Encode + decode time of one step frame per hidden-state element (ns), one thread, from
@@ -166,7 +167,7 @@ const ZSTD_POLICIES: readonly string[] = ['auto', 'on', 'off'];
  * (auto with auto, else off: on a fast link zstd only costs time).
  */
 export function parseWirePolicy(activations: string | undefined, zstd: string | undefined): WirePolicy {
-  const a = activations ?? 'exact';
+  const a = activations ?? DEFAULT_WIRE_POLICY.activations;
   if (!ENCODING_POLICIES.includes(a)) throw new KiwiError('USAGE', `--activations must be one of ${ENCODING_POLICIES.join(', ')}, got '${a}'`);
   const z = zstd ?? (a === 'auto' ? 'auto' : 'off');
   if (!ZSTD_POLICIES.includes(z)) throw new KiwiError('USAGE', `--zstd must be one of ${ZSTD_POLICIES.join(', ')}, got '${z}'`);

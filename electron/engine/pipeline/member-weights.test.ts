@@ -7,7 +7,7 @@ import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { testModelPath } from '../model/test-models.js';
 import { modelFingerprint } from '../runtime/shard-cache.js';
 import { startRangeServer } from '../test-support/range-server.js';
-import { fetchSpans, hashSpans, PartialModel, stageSpans, stageTensorNames } from './member-weights.js';
+import { fetchSpans, hashSpans, PartialModel, SpanHashes, stageSpans, stageTensorNames } from './member-weights.js';
 
 let dir: string;
 let path: string;
@@ -133,5 +133,58 @@ describe('a member\'s weights', () => {
       await noRanges.close();
       await wrong.close();
     }
+  });
+});
+
+describe('weights a member already holds', () => {
+  it('gives each layer the same span in every range that holds it, never one across layers', () => {
+    const a = stageSpans(file, { start: 1, end: 3 });
+    const b = stageSpans(file, { start: 2, end: 5 });
+    const key = (s: { offset: number; bytes: number }): string => `${s.offset}+${s.bytes}`;
+    const layer2 = stageSpans(file, { start: 2, end: 3 }).map(key);
+    for (const k of layer2) {
+      expect(a.map(key)).toContain(k);
+      expect(b.map(key)).toContain(k);
+    }
+    const layerOf = new Map(file.tensors.map((t) => [t.offset, /^blk\.(\d+)\./.exec(t.name)?.[1] ?? t.name]));
+    for (const s of b.slice(1)) {
+      const inside = file.tensors.filter((t) => t.offset >= s.offset && t.offset < s.offset + s.bytes);
+      expect(new Set(inside.map((t) => layerOf.get(t.offset))).size).toBe(1);
+    }
+  });
+
+  it('asks only for the layers a new range adds once the old range is on disk', async () => {
+    const partial = await PartialModel.open(join(dir, 'reuse'), await modelFingerprint(file), file.fileSize);
+    await transfer(partial, await hashSpans(path, stageSpans(file, { start: 1, end: 3 })));
+    const next = await hashSpans(path, stageSpans(file, { start: 2, end: 5 }));
+    const added = new Set(stageSpans(file, { start: 3, end: 5 }).filter((s) => s.offset !== 0).map((s) => s.offset));
+    expect(partial.missing(next).map((s) => s.offset).sort((x, y) => x - y)).toEqual([...added].sort((x, y) => x - y));
+  });
+
+  it('adopts spans lying inside a span verified under an older, merged layout, after checking their hash', async () => {
+    const partial = await PartialModel.open(join(dir, 'adopt'), await modelFingerprint(file), file.fileSize);
+    const blocks = stageSpans(file, { start: 1, end: 4 }).slice(1);
+    const merged = { offset: blocks[0]!.offset, bytes: blocks.at(-1)!.offset + blocks.at(-1)!.bytes - blocks[0]!.offset };
+    await transfer(partial, await hashSpans(path, [merged]));
+    const inner = await hashSpans(path, stageSpans(file, { start: 2, end: 3 }).slice(1));
+    const forged = inner.map((s) => ({ ...s, sha256: '0'.repeat(64) }));
+    expect(await partial.adopt(forged)).toBe(0);
+    expect(partial.missing(forged)).toEqual(forged);
+    expect(await partial.adopt(inner)).toBe(inner.length);
+    expect(partial.missing(inner)).toEqual([]);
+    // Recorded: a later run finds them verified without hashing again.
+    const again = await PartialModel.open(join(dir, 'adopt'), await modelFingerprint(file), file.fileSize);
+    expect(again.missing(inner)).toEqual([]);
+  });
+
+  it('hashes each span of the host\'s file once and reuses it for later plans', async () => {
+    const hashes = new SpanHashes(path);
+    const first = await hashes.hash(stageSpans(file, { start: 1, end: 3 }));
+    expect(first).toEqual(await hashSpans(path, stageSpans(file, { start: 1, end: 3 })));
+    const before = hashes.size;
+    await hashes.hash(stageSpans(file, { start: 1, end: 3 }));
+    expect(hashes.size).toBe(before);
+    await hashes.hash(stageSpans(file, { start: 2, end: 4 }));
+    expect(hashes.size).toBe(before + stageSpans(file, { start: 3, end: 4 }).length - 1);
   });
 });

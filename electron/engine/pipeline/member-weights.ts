@@ -38,19 +38,54 @@ export function stageTensorNames(file: GgufFile, range: LayerRange): string[] {
   return names;
 }
 
-/** The spans a member needs: the header (metadata + tensor index) and its tensors' bytes, merged when adjacent. */
+/**
+ * The spans a member needs: the header (metadata + tensor index), then its tensors' bytes, one span
+ * per layer (a layer's adjacent tensors merged) and one per model-wide tensor. Spans never cross a
+ * layer boundary, so the same layer has the same span (and sha256) in every range that holds it:
+ * a member whose range moves keeps the layers it already verified and asks only for the rest.
+ */
 export function stageSpans(file: GgufFile, range: LayerRange): Span[] {
   const spans: Span[] = [{ offset: 0, bytes: file.dataOffset }];
   const tensors = stageTensorNames(file, range)
     .map((n) => file.tensor(n)!)
-    .map((t) => ({ offset: t.offset, bytes: t.byteLength }))
+    .map((t) => ({ offset: t.offset, bytes: t.byteLength, unit: /^blk\.(\d+)\./.exec(t.name)?.[1] ?? t.name }))
     .sort((a, b) => a.offset - b.offset);
-  for (const s of tensors) {
+  let lastUnit: string | undefined;
+  for (const { unit, ...s } of tensors) {
     const last = spans[spans.length - 1]!;
-    if (last.offset + last.bytes === s.offset) last.bytes += s.bytes;
-    else spans.push({ ...s });
+    if (unit === lastUnit && last.offset + last.bytes === s.offset) last.bytes += s.bytes;
+    else spans.push(s);
+    lastUnit = unit;
   }
   return spans;
+}
+
+/**
+ * The host's sha256 of each span of its model file, computed once per span and reused by every
+ * later plan (a re-plan hashes only spans no earlier plan covered).
+ */
+export class SpanHashes {
+  private readonly known = new Map<string, Promise<string>>();
+
+  constructor(private readonly path: string) {}
+
+  async hash(spans: readonly Span[]): Promise<HashedSpan[]> {
+    return Promise.all(spans.map(async (s) => {
+      const key = `${s.offset}+${s.bytes}`;
+      let h = this.known.get(key);
+      if (h === undefined) {
+        h = hashSpans(this.path, [s]).then(([x]) => x!.sha256);
+        this.known.set(key, h);
+        h.catch(() => this.known.delete(key));
+      }
+      return { offset: s.offset, bytes: s.bytes, sha256: await h };
+    }));
+  }
+
+  /** How many distinct spans have been hashed (a test's view of the reuse). */
+  get size(): number {
+    return this.known.size;
+  }
 }
 
 /** Reads the spans from the host's file and hashes them (the host side of a transfer). */
@@ -124,6 +159,25 @@ export class PartialModel {
       await fh.close();
     }
     return new PartialModel(path, progressPath, progress, fileBytes);
+  }
+
+  /**
+   * Spans of `plan` whose bytes this file already holds inside a span verified earlier (e.g. under
+   * an older, merged layout) are hashed here and, when they match the host's sha256, recorded as
+   * verified, so missing() no longer asks for them. Returns how many were adopted.
+   */
+  async adopt(plan: readonly HashedSpan[]): Promise<number> {
+    let adopted = 0;
+    for (const s of plan) {
+      if (this.progress.done.some((d) => sameSpan(d, s))) continue;
+      if (!this.progress.done.some((d) => s.offset >= d.offset && s.offset + s.bytes <= d.offset + d.bytes)) continue;
+      const [got] = await hashSpans(this.path, [s]);
+      if (got?.sha256 !== s.sha256) continue;
+      this.progress.done.push(s);
+      await appendFile(this.progressPath, `${JSON.stringify(s)}\n`);
+      adopted++;
+    }
+    return adopted;
   }
 
   /** The spans of `plan` not yet verified here. */

@@ -4,10 +4,17 @@
 // each at a different stage; results are matched to steps by id. A link that closes or a stage
 // that fails ends only the steps it affects, with RING_BROKEN or the stage's own error code.
 // One engine serves one ring epoch; a re-plan retires it and builds the next.
-import { isKiwiError, KiwiError } from '../errors.js';
+// What the last member sends is checked before it is used: its encoding is the one the link
+// agreed, its size what the shape allows, its rows and shape those of the step sent. A member that
+// sends anything else is malformed (hostile or broken): the link to it ends with an error frame and
+// onPeerFault names it, so the host plans without it; its step fails with RING_PEER_MALFORMED. NaN
+// or infinite activations of the right shape are a precision problem (an honest fp16 stage can
+// overflow): that step fails with RING_PEER_NUMERIC and the member stays. Nothing a peer sends can
+// throw out of a message handler.
+import { isKiwiError, isKiwiErrorCode, KiwiError, type KiwiErrorCode } from '../errors.js';
 import type { KvCache, Stage } from '../runtime/stage.js';
 import type { SecureLink } from '../transport/secure-link.js';
-import { decodeStepFrame, encodeStepFrame, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
+import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type ActivationEncoding, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
 import { decodeRingEvent, encodeRingEvent, encodeRingStep, parseStepMetadata, RingKind, stepMetadata, type StepRow } from './ring-protocol.js';
 
 export interface RingLinks {
@@ -25,9 +32,27 @@ export interface RingEngineOptions {
   firstPeer: number;
   lastPeer: number;
   wire: WireOptions;
+  /** What the last member's link agreed to carry (its stage's wire); other frames are refused. */
+  receive: { tensor: ActivationEncoding; zstd: boolean };
+  /** Largest decoded frame accepted; default what the head's shape allows (prefill of maxPositions, or maxRows rows). */
   maxFrameBytes?: number;
+  /** Most rows of one step (the generator's maxBatch); default 64. */
+  maxRows?: number;
   /** Called once when the ring breaks (a link closed, a protocol violation); every later step fails (RING_BROKEN). */
   onBroken?: (err: KiwiError) => void;
+  /** A member sent malformed ring data (the link to it is closed) or non-finite activations (a precision problem). */
+  onPeerFault?: (peer: number, fault: PeerFault, err: KiwiError) => void;
+}
+
+export type PeerFault = 'malformed' | 'numeric';
+
+/** Codes a member's step-failed event may carry as they are; any other is the stage's failure (502), never the client's. */
+const PASSED_ON: ReadonlySet<string> = new Set<KiwiErrorCode>(['RING_BROKEN', 'RING_PROTOCOL', 'RING_NOT_READY', 'RING_REPLAN', 'SESSION_DISCONNECTED', 'RING_PEER_MALFORMED', 'RING_PEER_NUMERIC', 'RING_STAGE_FAILED']);
+
+/** Converts what handling a peer's message threw into the KiwiError that ends the link. */
+export function peerError(err: unknown): KiwiError {
+  if (isKiwiError(err)) return err;
+  return new KiwiError('RING_PROTOCOL', `A ring message could not be handled: ${String(err instanceof Error ? err.message : err).slice(0, 300)}`);
 }
 
 export interface StepTiming {
@@ -41,10 +66,14 @@ export interface StepTiming {
 
 interface Pending {
   rows: StepRow[];
+  /** Tokens per row sent: the result must have exactly this shape. */
+  seq: number;
   started: number;
   hostMs: number;
   resolve: (logits: Float32Array[]) => void;
   reject: (err: unknown) => void;
+  /** Asked for the head's final norm of every position (embeddings): [batch, seq, hidden]. */
+  onHiddenNorm?: ((hiddenNorm: Float32Array) => void) | undefined;
 }
 
 /** Runs one thing at a time on a stage (its onnxruntime session and the caches it writes). */
@@ -107,7 +136,11 @@ export class RingEngine {
     const link = this.links.link(peer);
     if (link === undefined || this.attached.has(link)) return;
     this.attached.add(link);
-    link.onMessage((bytes) => void this.onMessage(bytes.slice()));
+    link.onMessage((bytes) => {
+      // Only the last member sends to the host; anything else on a ring link is not ours to read.
+      if (peer !== this.opts.lastPeer || this.retired) return;
+      this.onMessage(bytes.slice()).catch((err: unknown) => this.malformed(peer, link, peerError(err)));
+    });
     link.onClose((info) => {
       if (!this.retired) this.breakRing(new KiwiError('RING_BROKEN', `The ring link to peer ${peer} closed (${info.reason}).`));
     });
@@ -129,7 +162,10 @@ export class RingEngine {
    * One step for rows of requests: one row of many tokens (prefill) or many rows of one token.
    * `pos` is each request's position before this step; returns each row's last-position logits.
    */
-  async step(rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number }>): Promise<Float32Array[]> {
+  async step(
+    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number }>,
+    opts: { onHiddenNorm?: (hiddenNorm: Float32Array) => void } = {},
+  ): Promise<Float32Array[]> {
     if (this.broken !== undefined) throw this.broken;
     const batch = rows.length;
     const seq = rows[0]?.tokens.length ?? 0;
@@ -151,7 +187,7 @@ export class RingEngine {
     const frame = await encodeStepFrame({ metadata: stepMetadata(this.opts.epoch, step, meta), tensor }, this.opts.wire);
     const link = this.links.link(this.opts.firstPeer);
     if (link === undefined || link.closed) throw new KiwiError('RING_BROKEN', `The ring link to the first member (peer ${this.opts.firstPeer}) is down.`);
-    const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, started, hostMs, resolve, reject }));
+    const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, seq, started, hostMs, resolve, reject, onHiddenNorm: opts.onHiddenNorm }));
     link.send(encodeRingStep(frame));
     return result;
   }
@@ -162,52 +198,77 @@ export class RingEngine {
     return c;
   }
 
+  /** Throws what the peer did wrong (the caller ends its link); failures of the host's own head reject only their step. */
   private async onMessage(msg: Uint8Array): Promise<void> {
     if (this.retired) return;
-    try {
-      if (msg[0] === RingKind.EVENT) {
-        const e = decodeRingEvent(msg.subarray(1));
-        if (e.type === 'step-failed' && e.epoch === this.opts.epoch) {
-          const p = this.pending.get(e.step);
-          this.pending.delete(e.step);
-          p?.reject(new KiwiError(e.code, `A ring stage failed: ${e.message}`));
-        }
-        // A `free` event that went all the way round ends here.
-        return;
+    if (msg[0] === RingKind.EVENT) {
+      const e = decodeRingEvent(msg.subarray(1));
+      if (e.type === 'step-failed' && e.epoch === this.opts.epoch) {
+        const p = this.pending.get(e.step);
+        this.pending.delete(e.step);
+        const code = PASSED_ON.has(e.code) && isKiwiErrorCode(e.code) ? e.code : 'RING_STAGE_FAILED';
+        p?.reject(new KiwiError(code, `A ring stage failed (${e.code}): ${e.message}`, { stageCode: e.code }));
       }
-      if (msg[0] !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(msg[0])}.`);
-      const head = this.opts.head;
-      const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: this.opts.maxFrameBytes ?? 256 * 1024 * 1024, hidden: head.shape.hidden });
-      const t = frame.tensor;
-      if (t.kind !== 'hidden') throw new KiwiError('RING_PROTOCOL', 'The last stage sent token ids instead of hidden states.');
-      const { epoch, step, rows } = parseStepMetadata(frame.metadata, t.dims[0]);
-      // A step of an older ring, still in transit when it was re-planned: its requests were recomputed.
-      if (epoch !== this.opts.epoch || this.retired) return;
-      const p = this.pending.get(step);
-      if (p === undefined) throw new KiwiError('RING_PROTOCOL', `The ring returned step ${step}, which is not in flight.`);
-      this.pending.delete(step);
-      try {
-        const h0 = performance.now();
-        const caches = rows.map((r) => this.cachesOf(r.id).head);
-        const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches));
-        if (out.kind !== 'logits') throw new Error('the head stage returned hidden states');
-        const v = head.shape.vocab;
-        const now = performance.now();
-        const stageMs: Record<string, number> = {};
-        for (const [k, v] of Object.entries(frame.metadata)) {
-          const ms = Number(v);
-          if (k.startsWith('ms.') && Number.isFinite(ms)) stageMs[k.slice(3)] = ms;
-        }
-        this.timings.push({ ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs });
-        if (this.timings.length > 64) this.timings.shift();
-        p.resolve(rows.map((_, b) => out.logits.slice(b * v, (b + 1) * v)));
-      } catch (err) {
-        p.reject(err);
-      }
-    } catch (err) {
-      if (!isKiwiError(err)) throw err;
-      this.breakRing(err);
+      // A `free` event that went all the way round ends here.
+      return;
     }
+    if (msg[0] !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(msg[0])}.`);
+    const head = this.opts.head;
+    const maxBytes = this.opts.maxFrameBytes ?? maxStepFrameBytes({ hidden: head.shape.hidden, maxRows: this.opts.maxRows ?? 64, maxSeq: head.shape.maxPositions }, this.opts.receive.tensor);
+    const frame = await decodeStepFrame(msg.subarray(1), { maxBytes, hidden: head.shape.hidden, expect: this.opts.receive });
+    const t = frame.tensor;
+    if (t.kind !== 'hidden') throw new KiwiError('RING_PROTOCOL', 'The last stage sent token ids instead of hidden states.');
+    const { epoch, step, rows } = parseStepMetadata(frame.metadata, t.dims[0]);
+    // A step of an older ring, still in transit when it was re-planned: its requests were recomputed.
+    if (epoch !== this.opts.epoch || this.retired) return;
+    const p = this.pending.get(step);
+    if (p === undefined) throw new KiwiError('RING_PROTOCOL', `The ring returned step ${step}, which is not in flight.`);
+    this.pending.delete(step);
+    if (t.dims[1] !== p.seq || rows.length !== p.rows.length || rows.some((r, i) => r.id !== p.rows[i]!.id || r.pos !== p.rows[i]!.pos || r.cap !== p.rows[i]!.cap)) {
+      const err = new KiwiError('RING_PROTOCOL', `The ring returned step ${step} as ${t.dims[0]} x ${t.dims[1]} rows [${rows.map((r) => r.id).join(',')}], but it was sent as ${p.rows.length} x ${p.seq} [${p.rows.map((r) => r.id).join(',')}].`);
+      // This step's requests got a corrupted result: they fail (the member's fault, 502); the others are recomputed.
+      p.reject(new KiwiError('RING_PEER_MALFORMED', `A ring member corrupted this request's step: ${err.message}`));
+      throw err;
+    }
+    const bad = firstNonFinite(t.hidden);
+    if (bad >= 0) {
+      const err = new KiwiError('RING_PEER_NUMERIC', `The ring's activations for step ${step} hold NaN or infinity (element ${bad}): a stage lost precision (fp16 overflow?).`);
+      p.reject(err);
+      this.opts.onPeerFault?.(this.opts.lastPeer, 'numeric', err);
+      return;
+    }
+    try {
+      const h0 = performance.now();
+      const caches = rows.map((r) => this.cachesOf(r.id).head);
+      const hiddenNorm = p.onHiddenNorm !== undefined;
+      const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm }));
+      if (out.kind !== 'logits') throw new Error('the head stage returned hidden states');
+      if (out.hiddenNorm !== undefined) p.onHiddenNorm?.(out.hiddenNorm);
+      const v = head.shape.vocab;
+      const now = performance.now();
+      const stageMs: Record<string, number> = {};
+      for (const [k, v] of Object.entries(frame.metadata)) {
+        const ms = Number(v);
+        if (k.startsWith('ms.') && Number.isFinite(ms)) stageMs[k.slice(3)] = ms;
+      }
+      this.timings.push({ ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs });
+      if (this.timings.length > 64) this.timings.shift();
+      p.resolve(rows.map((_, b) => out.logits.slice(b * v, (b + 1) * v)));
+    } catch (err) {
+      p.reject(err);
+    }
+  }
+
+  /**
+   * The last member sent something no honest stage sends: end its link (error frame), report it,
+   * and break the ring: the steps in flight are recomputed on the next one, planned without it.
+   */
+  private malformed(peer: number, link: SecureLink, cause: KiwiError): void {
+    if (this.retired) return;
+    const err = new KiwiError('RING_PEER_MALFORMED', `Peer ${peer} sent malformed ring data (${cause.code}): ${cause.message}`, { peer, cause: cause.code });
+    link.fail(cause);
+    this.opts.onPeerFault?.(peer, 'malformed', err);
+    this.breakRing(new KiwiError('RING_BROKEN', err.message));
   }
 
   private breakRing(err: KiwiError): void {

@@ -15,7 +15,7 @@
 // would be quicker but is exact only up to float rounding (its attention sums in another order,
 // runtime/recompute.test.ts), which flips near-tied tokens: a stream could change mid-way.
 import { isKiwiError, KiwiError } from '../errors.js';
-import { sampleNext, settle, type FinishReason, type GenerateParams, type GenerateResult, type RequestProgress } from '../runtime/generation.js';
+import { requestLength, sampleNext, settle, type FinishReason, type GenerateParams, type GenerateResult, type RequestProgress } from '../runtime/generation.js';
 import type { KvBlockPool, KvReservation } from '../runtime/kv-pool.js';
 import { StopMatcher } from '../runtime/stop-matcher.js';
 import type { RingEngine } from './ring-engine.js';
@@ -98,8 +98,9 @@ export class RingGenerator {
   }
 
   /**
-   * Continues on a new ring: every live request is opened there and replays its prompt and the
-   * tokens generated so far as one prefill. Returns how many requests were resumed. Call after hold().
+   * Continues on a new ring: every live request is opened there and rebuilds its caches, its prompt
+   * as a prefill and then one decode step per token generated so far (see the header). Returns how
+   * many requests were resumed. Call after hold().
    */
   resume(engine: RingEngine, opts: { maxInFlight?: number } = {}): number {
     if (this.inFlight > 0) throw new Error('resume() while steps are in flight; await hold() first');
@@ -130,16 +131,7 @@ export class RingGenerator {
 
   async generate(p: GenerateParams): Promise<GenerateResult> {
     if (this.unavailable !== undefined) throw this.unavailable;
-    if (p.promptIds.length === 0) throw new KiwiError('USAGE', 'the prompt is empty; give at least one token');
-    if (p.promptIds.length >= this.contextTokens) {
-      throw new KiwiError('CONTEXT_EXCEEDED', `the prompt has ${p.promptIds.length} tokens but the context holds ${this.contextTokens}; shorten the prompt`, {
-        promptTokens: p.promptIds.length,
-        contextTokens: this.contextTokens,
-      });
-    }
-    const maxTokens = Math.min(p.maxTokens, this.contextTokens - p.promptIds.length);
-    if ((p.stop ?? []).some((x) => x.length > 0) && p.decoder === undefined) throw new Error('stop sequences need a decoder');
-    const tokens = p.promptIds.length + maxTokens;
+    const { maxTokens, tokens } = requestLength(p, this.contextTokens);
     let reservation = this.pool.tryReserve(tokens);
     if (reservation === undefined) {
       this.kvWaiters++;
@@ -166,6 +158,31 @@ export class RingGenerator {
       this.fresh.push(a);
       this.pump();
     });
+  }
+
+  /**
+   * The head's final-norm hidden states [seq, hidden] of `ids` as one prefill through the ring
+   * (embeddings), on caches of its own that are freed at once. Counted as a step in flight, so a
+   * re-plan waits for it; a ring fault fails it (the client retries) rather than replaying it.
+   */
+  async hiddenStates(ids: readonly number[], signal?: AbortSignal): Promise<Float32Array> {
+    if (this.unavailable !== undefined) throw this.unavailable;
+    if (this.holding) throw new KiwiError('RING_REPLAN', 'the ring is being re-planned; retry in a moment');
+    const reservation = await this.pool.reserve(ids.length, signal !== undefined ? { signal } : {});
+    const id = this.nextId++;
+    this.inFlight++;
+    try {
+      this.engine.open(id, reservation.capacityTokens);
+      let states: Float32Array | undefined;
+      await this.engine.step([{ id, tokens: ids, pos: 0, cap: reservation.capacityTokens }], { onHiddenNorm: (h) => (states = h) });
+      if (states === undefined) throw new Error('the head returned no hidden states');
+      return states;
+    } finally {
+      this.engine.free([id]);
+      this.pool.release(reservation);
+      this.inFlight--;
+      this.afterStep();
+    }
   }
 
   /** An aborted request waiting in a queue ends now; one inside a step ends when the step returns. */

@@ -8,18 +8,24 @@
 // any of its steps still arriving, keeps its stage when the layers did not change, and otherwise
 // loads the new range (weights it already received stay on disk). handBack() leaves gracefully:
 // the host re-plans without this member before it goes.
+// What arrives from the previous stage is checked before it runs (tensor-frame.ts limits, the wire
+// the link agreed, rows that fit their caches). Malformed data ends that link with an error frame,
+// a `warning`, and a `peer-fault` report so the host plans without the sender; NaN or infinite
+// activations are reported as a precision problem. Nothing a peer sends throws out of a handler.
 import { EventEmitter } from 'node:events';
 import { freeMemoryReader, watchFreeMemory, type MemoryWatch } from '../device/memory-watch.js';
 import { isKiwiError, KiwiError } from '../errors.js';
+import { ProgressRate } from '../progress-rate.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import type { ExecutionProvider } from '../runtime/ort-session.js';
 import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type KvCache, type StageInput } from '../runtime/stage.js';
 import type { MemberSession } from '../session/member.js';
-import { decodeStepFrame, encodeStepFrame, type WireOptions } from '../transport/tensor-frame.js';
+import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type WireOptions } from '../transport/tensor-frame.js';
 import type { SecureLink } from '../transport/secure-link.js';
 import { fetchSpans, PartialModel, type HashedSpan } from './member-weights.js';
+import { budgetTooSmallError } from './member-budget.js';
 import {
   Assign, decodeRingEvent, decodeWeightsChunk, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody, parseStepMetadata, RingKind,
   type MemberToHostBody, type RingEvent, type WeightsPlan,
@@ -33,7 +39,7 @@ export interface RingMemberOptions {
   cache?: ShardCache;
   provider?: ExecutionProvider;
   threads?: number;
-  /** Largest step frame accepted (decoded). Default 256 MiB. */
+  /** Largest step frame accepted (decoded). Default: what the stage's shape allows (a prefill of its context, or 64 rows). */
   maxFrameBytes?: number;
   /**
    * Free memory to leave to this machine's other programs: when less is free, the member asks the
@@ -47,10 +53,13 @@ export interface RingMemberOptions {
 
 export interface RingMemberEvents {
   assigned: [a: { start: number; end: number; head: boolean }];
-  'weights-progress': [p: { receivedBytes: number; totalBytes: number }];
+  /** At most a few a second (engine/progress-rate.ts), always the final one; rate in bytes/s, null until measured. */
+  'weights-progress': [p: { receivedBytes: number; totalBytes: number; bytesPerSecond: number | null; etaSeconds: number | null; final: boolean }];
   ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number }];
   /** Free memory fell below the reserve (low) or came back; memoryBytes: what this member asked to be planned with. */
   memory: [m: { low: boolean; freeBytes: number; memoryBytes: number | null }];
+  /** The host will not plan this member (its --memory-mb cannot hold one layer): the member should stop. */
+  refused: [err: KiwiError];
   /** Something that did not stop the member, e.g. the model's URL failed and the host streams the weights instead. */
   warning: [err: KiwiError];
   error: [err: KiwiError];
@@ -89,6 +98,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private closed = false;
   /** 0..1 while the weights arrive and the stage opens; 1 once ready. */
   private loadFraction = 0;
+  private readonly weightsRate = new ProgressRate();
   /** Compute times (ms) of the recent steps of this stage, for status displays. */
   private readonly recentStepMs: number[] = [];
 
@@ -177,11 +187,15 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       case 'released':
         this.released?.();
         return;
+      case 'budget-too-small':
+        this.emit('refused', budgetTooSmallError(body));
+        return;
     }
   }
 
-  private fail(err: unknown, epoch?: number): void {
-    if (!isKiwiError(err)) throw err;
+  private fail(cause: unknown, epoch?: number): void {
+    // A load that failed for any reason is reported, never a crash of the member.
+    const err = isKiwiError(cause) ? cause : new KiwiError('RING_STAGE_FAILED', `Could not load the assigned layers: ${String(cause instanceof Error ? cause.message : cause).slice(0, 300)}`);
     // A load that a newer assignment replaced is not a failure.
     if (epoch !== undefined && epoch !== this.assignment?.epoch) return;
     this.emit('error', err);
@@ -271,6 +285,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };
     }
     const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
+    // Layers received for an earlier range (this session or an earlier run of the same model) stay:
+    // only the spans not already verified on disk are asked for, and only those count as moved.
+    await partial.adopt(plan.spans);
     let missing = partial.missing(plan.spans);
     if (missing.length === 0) return { file: await openGguf(partial.path), source: 'cache', transferredBytes: 0 };
     if (a.model.url !== undefined) {
@@ -284,7 +301,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
           lastReportedBytes = receivedBytes;
           this.loadFraction = totalBytes > 0 ? 0.9 * Math.min(1, receivedBytes / totalBytes) : 0.9;
           this.send({ kind: 'weights-progress', receivedBytes, totalBytes });
-          this.emit('weights-progress', { receivedBytes, totalBytes });
+          this.emitProgress(receivedBytes, totalBytes);
         });
       } catch (err) {
         if (!isKiwiError(err)) throw err;
@@ -346,7 +363,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
           // The transfer is most of the loading; opening the stage is the rest.
           this.loadFraction = t.totalBytes > 0 ? 0.9 * Math.min(1, t.receivedBytes / t.totalBytes) : 0.9;
           this.send({ kind: 'weights-progress', receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
-          this.emit('weights-progress', { receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
+          this.emitProgress(t.receivedBytes, t.totalBytes);
         }
         if (t.missing.length === 0) t.done();
       } catch (err) {
@@ -357,58 +374,68 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     });
   }
 
+  /** The weights-progress event at human rates (the host still gets every per-MiB message: its flow control). */
+  private emitProgress(receivedBytes: number, totalBytes: number): void {
+    const p = this.weightsRate.update(receivedBytes, totalBytes);
+    if (p !== null) this.emit('weights-progress', { receivedBytes, totalBytes, bytesPerSecond: p.rate, etaSeconds: p.etaSeconds, final: p.final });
+  }
+
   private attach(peer: number): void {
     const link = this.session.ringLink(peer);
     if (link === undefined || this.attached.has(link)) return;
     this.attached.add(link);
     link.onMessage((bytes) => {
+      // Steps and events come from the previous stage only; whatever else arrives is not read.
+      if (this.assignment?.prev !== peer) return;
       // Copy: the link may reuse its buffer, and the step runs later.
       const msg = bytes.slice();
-      this.queue = this.queue.then(() => this.onRing(msg)).catch((err: unknown) => {
-        if (!isKiwiError(err)) throw err;
-        this.emit('error', err);
+      this.queue = this.queue.then(() => this.onRing(peer, link, msg)).catch((err: unknown) => {
+        this.emit('error', isKiwiError(err) ? err : new KiwiError('RING_STAGE_FAILED', `A ring step failed: ${String(err)}`));
       });
     });
   }
 
-  private async onRing(msg: Uint8Array): Promise<void> {
+  /** Handles one message of `peer` (the previous stage); never throws what the peer caused. */
+  private async onRing(peer: number, link: SecureLink, msg: Uint8Array): Promise<void> {
     const a = this.assignment;
     const stage = this.stage;
     // Nothing of the current epoch arrives before the stage is ready: this is an older ring's traffic.
-    if (a === undefined || stage === undefined) return;
-    const kind = msg[0];
-    if (kind === RingKind.EVENT) {
-      const event = decodeRingEvent(msg.subarray(1));
-      if (event.type === 'free') for (const id of event.ids) this.caches.delete(id);
-      if (event.type === 'step-failed' && event.epoch !== a.epoch) return;
-      return this.forward(a, encodeRingEvent(event));
-    }
-    if (kind !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(kind)}.`);
-    let step = -1;
+    if (a === undefined || stage === undefined || a.prev !== peer || link.closed) return;
+    let input: Awaited<ReturnType<RingMember['checkInput']>> | undefined;
     try {
-      const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: this.opts.maxFrameBytes ?? 256 * 1024 * 1024, hidden: stage.shape.hidden });
-      const t = frame.tensor;
-      const batch = t.dims[0];
-      const seq = t.dims[1];
-      const meta = parseStepMetadata(frame.metadata, batch);
-      if (meta.epoch !== a.epoch) return;
-      step = meta.step;
-      if (batch > 1 && seq !== 1) throw new KiwiError('RING_PROTOCOL', 'A batched step must add one token per request.');
-      const caches = meta.rows.map((r) => {
-        let c = this.caches.get(r.id);
-        if (c === undefined && r.pos === 0) {
-          c = stage.emptyCache(r.cap);
-          this.caches.set(r.id, c);
-        }
-        if (c === undefined || c.length !== r.pos) {
-          throw new KiwiError('RING_PROTOCOL', `Request ${r.id} is at position ${r.pos} but this stage holds ${c?.length ?? 'no'} positions for it.`);
-        }
-        return c;
-      });
-      const input: StageInput = t.kind === 'ids' ? { kind: 'ids', ids: t.ids, batch, seq } : { kind: 'hidden', hidden: t.hidden, batch, seq };
+      input = await this.checkInput(a, stage, msg);
+    } catch (err) {
+      if (err instanceof StepError && err.kind === 'recoverable') {
+        // Caches out of step with the host's view (nobody's offence): the step's requests are recomputed.
+        this.emit('error', err);
+        await this.forward(a, encodeRingEvent({ type: 'step-failed', epoch: a.epoch, step: err.step, code: err.code, message: err.message.slice(0, 1000) }));
+        return;
+      }
+      // The previous stage sent what no honest Kiwi sends: its link ends, the host hears who it was.
+      const cause = isKiwiError(err) ? err : new KiwiError('RING_PROTOCOL', `A ring message could not be read: ${String(err instanceof Error ? err.message : err).slice(0, 300)}`);
+      const fault = new KiwiError('RING_PEER_MALFORMED', `Peer ${peer} sent malformed ring data (${cause.code}): ${cause.message}`, { peer, cause: cause.code });
+      link.fail(cause);
+      this.emit('warning', fault);
+      this.report(a, peer, 'malformed', fault);
+      const step = err instanceof StepError ? err.step : 0;
+      await this.forward(a, encodeRingEvent({ type: 'step-failed', epoch: a.epoch, step, code: fault.code, message: fault.message.slice(0, 1000) })).catch(() => undefined);
+      return;
+    }
+    if (input === undefined) return;
+    if (input.kind === 'event') return this.forward(a, encodeRingEvent(input.event));
+    const { frame, meta, caches, batch, seq } = input;
+    const t = frame.tensor;
+    try {
+      if (t.kind === 'hidden') {
+        const bad = firstNonFinite(t.hidden);
+        if (bad >= 0) throw this.numeric(a, peer, `The activations peer ${peer} sent for step ${meta.step} hold NaN or infinity (element ${bad}): a stage lost precision (fp16 overflow?).`);
+      }
+      const stageInput: StageInput = t.kind === 'ids' ? { kind: 'ids', ids: t.ids, batch, seq } : { kind: 'hidden', hidden: t.hidden, batch, seq };
       const t0 = performance.now();
-      const out = await stage.forward(input, caches);
+      const out = await stage.forward(stageInput, caches);
       if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
+      const own = firstNonFinite(out.hidden);
+      if (own >= 0) throw this.numeric(a, this.session.peer ?? 0, `Layers ${a.start}-${a.end} on this member produced NaN or infinity (element ${own}) for step ${meta.step}: a precision problem (fp16 overflow?).`);
       const wire: WireOptions = { encoding: a.encoding, zstd: a.zstd };
       // Each stage adds its compute time, so the host sees per-stage timing without another message.
       const stepMs = performance.now() - t0;
@@ -418,11 +445,71 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       const frameOut = await encodeStepFrame({ metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, stage.shape.hidden] } }, wire);
       await this.forward(a, encodeRingStep(frameOut));
     } catch (err) {
-      if (!isKiwiError(err)) throw err;
-      const failed: RingEvent = { type: 'step-failed', epoch: a.epoch, step: Math.max(0, step), code: err.code, message: err.message.slice(0, 1000) };
+      // This stage could not run the step: its requests fail at the host (or are recomputed), the member goes on.
+      const e = isKiwiError(err) ? err : new KiwiError('RING_STAGE_FAILED', `Layers ${a.start}-${a.end} could not run step ${meta.step}: ${String(err instanceof Error ? err.message : err).slice(0, 300)}`);
+      const failed: RingEvent = { type: 'step-failed', epoch: a.epoch, step: meta.step, code: e.code, message: e.message.slice(0, 1000) };
       await this.forward(a, encodeRingEvent(failed));
-      throw err;
+      if (e.code !== 'RING_PEER_NUMERIC') this.emit('error', e);
     }
+  }
+
+  /** Reports NaN/Inf activations (a precision problem, not an offence) and returns the step's error. */
+  private numeric(a: Assign, peer: number, message: string): KiwiError {
+    const err = new KiwiError('RING_PEER_NUMERIC', message, { peer });
+    this.emit('warning', err);
+    this.report(a, peer, 'numeric', err);
+    return err;
+  }
+
+  private report(a: Assign, peer: number, fault: 'malformed' | 'numeric', err: KiwiError): void {
+    try {
+      this.send({ kind: 'peer-fault', epoch: a.epoch, peer, fault, code: String(err.details.cause ?? err.code).slice(0, 64), message: err.message.slice(0, 1000) });
+    } catch (sendErr) {
+      if (!isKiwiError(sendErr)) throw sendErr;
+    }
+  }
+
+  /**
+   * Decodes and checks one message from the previous stage against this assignment: what the link
+   * agreed to carry, sizes the shape allows, rows that fit their caches. Throws what is malformed
+   * (a StepError once the step id is known); undefined: another epoch's traffic, dropped.
+   */
+  private async checkInput(a: Assign, stage: Stage, msg: Uint8Array): Promise<
+    | { kind: 'event'; event: RingEvent }
+    | { kind: 'step'; frame: Awaited<ReturnType<typeof decodeStepFrame>>; meta: ReturnType<typeof parseStepMetadata>; caches: KvCache[]; batch: number; seq: number }
+    | undefined
+  > {
+    const kind = msg[0];
+    if (kind === RingKind.EVENT) {
+      const event = decodeRingEvent(msg.subarray(1));
+      if (event.type === 'free') for (const id of event.ids) this.caches.delete(id);
+      if (event.type === 'step-failed' && event.epoch !== a.epoch) return undefined;
+      return { kind: 'event', event };
+    }
+    if (kind !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(kind)}.`);
+    const maxBytes = this.opts.maxFrameBytes ?? maxStepFrameBytes({ hidden: stage.shape.hidden, maxRows: 64, maxSeq: a.maxPositions }, a.receive.tensor);
+    const frame = await decodeStepFrame(msg.subarray(1), { maxBytes, hidden: stage.shape.hidden, expect: a.receive });
+    const t = frame.tensor;
+    const batch = t.dims[0];
+    const seq = t.dims[1];
+    const meta = parseStepMetadata(frame.metadata, batch);
+    if (meta.epoch !== a.epoch) return undefined;
+    const bad = (why: string): StepError => new StepError(meta.step, why);
+    if (batch > 1 && seq !== 1) throw bad('A batched step must add one token per request.');
+    if (new Set(meta.rows.map((r) => r.id)).size !== batch) throw bad('A step names one request twice.');
+    const caches = meta.rows.map((r) => {
+      if (r.cap > a.maxPositions || r.pos + seq > r.cap) throw bad(`Request ${r.id} would hold ${r.pos + seq} positions in a cache of ${r.cap} (context ${a.maxPositions}).`);
+      let c = this.caches.get(r.id);
+      if (c === undefined && r.pos === 0) {
+        c = stage.emptyCache(r.cap);
+        this.caches.set(r.id, c);
+      }
+      if (c === undefined || c.length !== r.pos || c.capacity !== r.cap) {
+        throw new StepError(meta.step, `Request ${r.id} is at position ${r.pos} but this stage holds ${c?.length ?? 'no'} positions for it.`, 'recoverable');
+      }
+      return c;
+    });
+    return { kind: 'step', frame, meta, caches, batch, seq };
   }
 
   /**
@@ -442,5 +529,16 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       if (Date.now() > deadline) throw new KiwiError('RING_BROKEN', `The ring link to peer ${peer} is down; the host will re-plan the ring.`);
       await new Promise((r) => setTimeout(r, 50));
     }
+  }
+}
+
+/** A malformed step whose id is known (so its requests can be failed), or a cache out of step (recomputed, nobody's offence). */
+class StepError extends KiwiError {
+  constructor(
+    readonly step: number,
+    message: string,
+    readonly kind: 'malformed' | 'recoverable' = 'malformed',
+  ) {
+    super('RING_PROTOCOL', message);
   }
 }

@@ -49,7 +49,7 @@ describe('ring protocol', () => {
 
   it('validates control bodies in both directions', () => {
     const assign = {
-      kind: 'assign', epoch: 1, start: 1, end: 3, prev: 0, next: 2, encoding: 'f16', zstd: true,
+      kind: 'assign', epoch: 1, start: 1, end: 3, prev: 0, next: 2, encoding: 'f16', zstd: true, receive: { tensor: 'f32', zstd: false },
       model: { fingerprint: 'a'.repeat(64), name: 'm.gguf', fileBytes: 10 }, maxPositions: 512,
     };
     expect(parsePipelineBody(HostToMemberBody, assign)).toEqual(assign);

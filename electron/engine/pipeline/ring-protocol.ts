@@ -1,7 +1,8 @@
 // What travels for the ring pipeline, validated where it enters.
 // Control (inside the session's encrypted control link, as `{type:'pipeline', body}`):
 //   host → member: assign (ring epoch, layer range, ring neighbours, activation wire options, model
-//                  identity), weights-plan, released (a member that asked to leave is out of the ring);
+//                  identity), weights-plan, released (a member that asked to leave is out of the ring),
+//                  budget-too-small (its --memory-mb cannot hold one layer: the figure it needs);
 //                  and binary: weights chunks (bytes of the member's tensors when it has no copy of
 //                  the model): u8 kind = 1 | f64 LE offset in the host's GGUF | the bytes
 //   member → host: assigned, weights-request, weights-progress, ready, failed, leaving, memory
@@ -11,6 +12,7 @@
 //   kind u8 = 2 EVENT | UTF-8 JSON RingEvent: free a request's caches, or a step that failed
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
+import { parseJson, validated, type JsonErrors } from '../parse-json.js';
 import { ACTIVATION_ENCODINGS } from '../transport/tensor-frame.js';
 
 const peer = z.number().int().min(0).max(0xffff);
@@ -30,6 +32,8 @@ export const Assign = z.strictObject({
   next: peer,
   encoding: z.enum(ACTIVATION_ENCODINGS as ['f32', 'f16', 'int8']),
   zstd: z.boolean(),
+  /** What the link from `prev` carries (token ids into a stage that embeds): anything else is refused. */
+  receive: z.strictObject({ tensor: z.enum(['ids', ...ACTIVATION_ENCODINGS] as ['ids', 'f32', 'f16', 'int8']), zstd: z.boolean() }),
   /** The model: modelFingerprint() of the host's GGUF, its name and size, and where the host got it (members fetch ranges from there). */
   model: z.strictObject({
     fingerprint: hex64, name: z.string().max(200), fileBytes: z.number().int().nonnegative(),
@@ -73,7 +77,17 @@ export type WeightsPlan = z.infer<typeof WeightsPlan>;
 /** The answer to `leaving`: the ring runs without this member now; it may go. */
 export const Released = z.strictObject({ kind: z.literal('released') });
 
-export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, Released]);
+const mib = z.number().int().min(0).max(2 ** 30);
+/**
+ * The member's whole-process budget (--memory-mb) cannot hold the runtime, one layer and its KV
+ * cache at the session's context: the host does not plan it. Figures in MiB; neededMib is their sum.
+ */
+export const BudgetTooSmall = z.strictObject({
+  kind: z.literal('budget-too-small'), budgetMib: mib, neededMib: mib, runtimeMib: mib, layerMib: mib, kvMib: mib, context: z.number().int().min(1).max(16_777_216),
+}).refine((b) => b.neededMib === b.runtimeMib + b.layerMib + b.kvMib && b.budgetMib < b.neededMib, 'neededMib must be the sum of its parts and above the budget');
+export type BudgetTooSmall = z.infer<typeof BudgetTooSmall>;
+
+export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, Released, BudgetTooSmall]);
 export type HostToMemberBody = z.infer<typeof HostToMemberBody>;
 
 const span = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
@@ -96,16 +110,19 @@ export const MemberToHostBody = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('leaving') }),
   /** Free memory fell below what the member keeps for other programs: plan it with at most this much (null: its full capacity again). */
   z.strictObject({ kind: z.literal('memory'), memoryBytes: z.number().int().nonnegative().nullable() }),
+  /**
+   * A ring neighbour sent something wrong. malformed: bytes no honest Kiwi sends (the member closed
+   * that link; the host plans without the peer); numeric: NaN or infinite activations of the right
+   * shape (an fp16 stage that overflowed is honest: a precision problem to report, not evict).
+   */
+  z.strictObject({ kind: z.literal('peer-fault'), epoch, peer, fault: z.enum(['malformed', 'numeric']), code: z.string().max(64), message: z.string().max(1000) }),
 ]);
 export type MemberToHostBody = z.infer<typeof MemberToHostBody>;
 
+const PIPELINE_MESSAGE_ERRORS: Pick<JsonErrors, 'code' | 'invalid'> = { code: 'RING_PROTOCOL', invalid: ([first]) => `A pipeline message is malformed: ${first}.` };
+
 export function parsePipelineBody<T>(schema: z.ZodType<T>, body: unknown): T {
-  const r = schema.safeParse(body);
-  if (!r.success) {
-    const issue = r.error.issues[0];
-    throw new KiwiError('RING_PROTOCOL', `A pipeline message is malformed: ${issue?.path.join('.') || 'message'}: ${issue?.message ?? 'invalid'}.`);
-  }
-  return r.data;
+  return validated(schema, body, PIPELINE_MESSAGE_ERRORS);
 }
 
 // ---- ring data ----
@@ -143,13 +160,7 @@ const MAX_EVENT_BYTES = 64 * 1024;
 
 export function decodeRingEvent(bytes: Uint8Array): RingEvent {
   if (bytes.length > MAX_EVENT_BYTES) throw new KiwiError('RING_PROTOCOL', `A ring event of ${bytes.length} bytes exceeds ${MAX_EVENT_BYTES}.`);
-  let json: unknown;
-  try {
-    json = JSON.parse(Buffer.from(bytes).toString('utf8'));
-  } catch {
-    throw new KiwiError('RING_PROTOCOL', 'A ring event is not JSON.');
-  }
-  return parsePipelineBody(RingEvent, json);
+  return parseJson(RingEvent, Buffer.from(bytes).toString('utf8'), { ...PIPELINE_MESSAGE_ERRORS, notJson: () => 'A ring event is not JSON.' });
 }
 
 /** The ring epoch, step id and rows of a step frame's metadata. */

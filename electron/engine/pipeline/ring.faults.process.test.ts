@@ -10,7 +10,9 @@
 // member returns in time.
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { openGguf } from '../model/gguf/gguf-reader.js';
 import { testModelPath } from '../model/test-models.js';
+import { modelSizesFromGguf } from '../planner/model-sizes.js';
 import { FaultRing, firstDifference, generateReference, streamCompletion as streamRaw, summarize, synthModel, type FaultMember, type FaultRingOptions, type HostStatus, type StreamResult } from '../test-support/fault-ring.js';
 import { askStatus, isolatedCacheDir, ProcessSet, until, waitEvent } from '../test-support/processes.js';
 
@@ -242,8 +244,10 @@ describe('a ring whose remaining members cannot hold the model', () => {
   /** Host and two members each hold about 2 of stories260K's 5 blocks (with KV at full context): any two of them together suffice, one alone does not. */
   async function tightRing(recoveryTimeoutS: number): Promise<FaultRing> {
     const model = await stories();
-    const perBlock = 181_760 + 2 * 4 * 8 * 2 * 2048;
-    const head = 2 * 131_072 + 256;
+    // Sized as the host's planner sizes them (the runtime's resident form, KV at full context).
+    const sizes = modelSizesFromGguf(await openGguf(model));
+    const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * 2048;
+    const head = sizes.headResidentBytes;
     const dir = tempDir();
     const hostCaps = join(dir, 'capabilities-host.json');
     const { writeFile } = await import('node:fs/promises');

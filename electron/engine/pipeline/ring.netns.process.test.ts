@@ -1,8 +1,9 @@
 // The ring exactness test across network namespaces: the rendezvous and host in one namespace,
 // each member in its own, all joined by veth pairs to a bridge in a fourth, so every ring link is a
 // real (virtual) network path between separate network stacks. Greedy output through the host's
-// API equals `kiwi generate` on one machine. Needs root and iproute2; without them the same
-// processes run on loopback (the loopback suite, ring.process.test.ts, covers more there).
+// API equals `kiwi generate` on one machine. Needs root and iproute2; where namespaces cannot be
+// made (not Linux, not root, a container without CAP_SYS_ADMIN) the same processes run on loopback
+// (the loopback suite, ring.process.test.ts, covers more there); a missing `ip` fails, saying what to install.
 import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,7 +11,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
-import { canUseNetns, createNetnsStar, type NetnsStar } from '../test-support/netns-star.js';
+import { canUseNetns, createNetnsStar, netnsWhyNot, type NetnsStar } from '../test-support/netns-star.js';
 import { kiwiEntry, ProcessSet, repoRoot, waitEvent, type Proc } from '../test-support/processes.js';
 
 const run = promisify(execFile);
@@ -43,7 +44,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-describe(`the ring across ${useNetns ? 'network namespaces' : 'loopback (no network namespaces here)'}`, () => {
+describe(`the ring across ${useNetns ? 'network namespaces' : `loopback (no network namespaces: ${netnsWhyNot()})`}`, () => {
   it('gives exactly the tokens of one machine', async () => {
     const model = await testModelPath('stories260K.gguf');
     const listen = (side: 'h' | 'a' | 'b'): string => star?.addr[side] ?? '127.0.0.1';

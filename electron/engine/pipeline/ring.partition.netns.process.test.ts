@@ -4,22 +4,23 @@
 // silence after its heartbeat timeout, re-plans without it, and plans it in again once the link
 // heals. A member's link drops a share of its packets at random (nftables; this kernel has no
 // netem) while streams run. In every case the stream either equals the text without failure or
-// ends with a clear error: never a wrong token. Needs root, iproute2 and nft (Debian: nftables);
-// skipped with the reason where they are missing.
+// ends with a clear error: never a wrong token. Needs root, iproute2 and nft (Debian: nftables):
+// skipped, saying why, where namespaces cannot be made; a missing ip or nft fails with its install command.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
 import { FaultRing, generateReference, streamCompletion, summarize, type FaultMember, type FaultRingOptions, type StreamResult } from '../test-support/fault-ring.js';
-import { canUseNetns } from '../test-support/netns-star.js';
+import { canUseNetns, netnsSkipNote } from '../test-support/netns-star.js';
 import { startDelayProxy, type DelayProxy } from '../test-support/delay-proxy.js';
-import { canUseNft, createFaultStar, type FaultStar } from '../test-support/netns-faults.js';
+import { createFaultStar, requireNft, type FaultStar } from '../test-support/netns-faults.js';
 import { ProcessSet } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
 const useNetns = canUseNetns();
-const useNft = useNetns && canUseNft();
+// Where namespaces can be made, nothing excuses these tests: a missing nft fails with its install command.
+if (useNetns) requireNft();
 let star: FaultStar | undefined;
 let dir: string;
 let savedCacheDir: string | undefined;
@@ -78,8 +79,7 @@ function expectExactOrClearError(ring: FaultRing, got: StreamResult, want: strin
   else expect(got.error.message.length, `an error without a message${context}`).toBeGreaterThan(10);
 }
 
-const netnsMissing = useNetns ? '' : ' (skipped: needs root and iproute2 for ip netns)';
-const nftMissing = useNft ? '' : ' (skipped: needs nft, Debian package nftables)';
+const netnsMissing = netnsSkipNote();
 
 describe.skipIf(!useNetns)(`a ring across network namespaces under network faults${netnsMissing}`, () => {
   it('re-plans without a partitioned member, keeps the stream exact, and plans it in again once the link heals', async () => {
@@ -106,7 +106,7 @@ describe.skipIf(!useNetns)(`a ring across network namespaces under network fault
     expect(after.text).toBe(want);
   }, 180_000);
 
-  it.skipIf(!useNft)(`never emits a wrong token while one member's link drops 20% of its packets, then recovers once the loss stops${nftMissing}`, async () => {
+  it(`never emits a wrong token while one member's link drops 20% of its packets, then recovers once the loss stops`, async () => {
     const model = await testModelPath('stories260K.gguf');
     const want = (await generateReference(model, PROMPT, TOKENS)).text;
     const ring = await startRing();
@@ -121,7 +121,7 @@ describe.skipIf(!useNetns)(`a ring across network namespaces under network fault
     expect(clean.text).toBe(want);
   }, 180_000);
 
-  it.skipIf(!useNft)(`never emits a wrong token when a member's link loses most packets (70%): the session recovers without it or reports clearly${nftMissing}`, async () => {
+  it(`never emits a wrong token when a member's link loses most packets (70%): the session recovers without it or reports clearly`, async () => {
     const model = await testModelPath('stories260K.gguf');
     const want = (await generateReference(model, PROMPT, TOKENS)).text;
     const ring = await startRing();
@@ -136,7 +136,7 @@ describe.skipIf(!useNetns)(`a ring across network namespaces under network fault
     expect(clean.text).toBe(want);
   }, 180_000);
 
-  it.skipIf(!useNft)(`keeps the text exact while one member's only path is slow (150 ms each way), re-plans without it when the delay outlasts the heartbeat timeout, and serves exactly after${nftMissing}`, async () => {
+  it(`keeps the text exact while one member's only path is slow (150 ms each way), re-plans without it when the delay outlasts the heartbeat timeout, and serves exactly after`, async () => {
     const model = await testModelPath('stories260K.gguf');
     const want = (await generateReference(model, PROMPT, TOKENS)).text;
     const s = star!;

@@ -14,6 +14,11 @@ describe('the session as a fleet', () => {
   it('reads the device a member reported with kiwi bench --json', () => {
     expect(deviceFromCapabilities({ fleet_device: { name: 'x', memory_bytes: 123, bandwidth_gbps: 20, block_ms: null } })).toEqual({ memoryBytes: 123, bandwidthGBps: 20 });
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 'lots' } })).toBeUndefined();
+    // A measured block time (kiwi bench --model) reaches the planner: the `measured` tier.
+    expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, bandwidth_gbps: 20, block_ms: 2.5 } })).toEqual({ memoryBytes: 123, bandwidthGBps: 20, blockMs: 2.5 });
+    // A --memory-mb budget and a device bench's free memory cover the whole process, runtime included.
+    expect(deviceFromCapabilities({ memory_budget_bytes: 123, fleet_device: { memory_bytes: 123 } })).toEqual({ memoryBytes: 123, memoryCoversRuntime: true });
+    expect(deviceFromCapabilities({ memory: { total_bytes: 1 }, bandwidth: { host_gbps: 1 }, fleet_device: { memory_bytes: 9 } })?.memoryCoversRuntime).toBe(true);
     expect(deviceFromCapabilities(undefined)).toBeUndefined();
   });
 
@@ -65,4 +70,23 @@ describe('the session as a fleet', () => {
     }
     throw new Error('the plan should have been refused');
   });
+  it('passes what each device holds to the planner, which keeps a range that stays within 5%', () => {
+    // The issue's ring after m2 left: host 0-9, ada 9-21 (the 8B shape, ada 1/0.56 as fast per block).
+    const holdsInput = (holds: boolean): SessionFleetInput => ({
+      ...input([
+        { peer: 0, name: 'host', capabilities: undefined, ...(holds ? { holds: [{ start: 0, end: 9 }] } : {}) },
+        { peer: 4, name: 'ada', capabilities: { fleet_device: { memory_bytes: 100 * GB, block_ms: 0.56 } }, ...(holds ? { holds: [{ start: 9, end: 21 }] } : {}) },
+      ]),
+      model: { ...model, layers: 32, headBytes: 2 * model.blockBytes },
+      fallback: { memoryBytes: 100 * GB, blockMs: 1 },
+    });
+    expect(sessionFleet(holdsInput(true)).fleet.devices.map((d) => d.holds)).toEqual([[{ start: 0, end: 9 }], [{ start: 9, end: 21 }]]);
+    const kept = planRing(holdsInput(true));
+    expect(kept.stages.map((s) => [s.peer, s.start, s.end])).toEqual([[0, 0, 9], [4, 9, 32]]);
+    expect(kept.plan.stages.map((s) => s.fetch_bytes)).toEqual([0, 11 * model.blockBytes]);
+    const fresh = planRing(holdsInput(false));
+    expect(fresh.stages.map((s) => [s.peer, s.start, s.end])).toEqual([[0, 0, 10], [4, 10, 32]]);
+    expect(fresh.plan.fetch_bytes).toBe(32 * model.blockBytes);
+  });
+
 });

@@ -3,7 +3,7 @@
 // that sent none, the host's own measurement as a stand-in; ring link RTTs as measured pairs.
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
-import type { DeviceSpec, Fleet, ModelSizes, PairRtt } from '../planner/fleet.js';
+import type { DeviceSpec, Fleet, LayerRange, ModelSizes, PairRtt } from '../planner/fleet.js';
 import { planFleet } from '../planner/plan.js';
 import { toPlanJson, type PlanJson } from '../planner/plan-json.js';
 
@@ -14,18 +14,32 @@ export interface SessionDevice {
   capabilities: Readonly<Record<string, unknown>> | undefined;
   /** Memory it can give now, when less than its capabilities say (it asked to shrink). */
   memoryBytes?: number;
+  /** Blocks it holds now (its stage in the ring being served): a re-plan keeps them where it can. */
+  holds?: readonly LayerRange[];
 }
 
 const fleetDevice = z.object({
   memory_bytes: z.number().int().positive(),
   bandwidth_gbps: z.number().positive().nullable().optional(),
+  block_ms: z.number().positive().nullable().optional(),
 });
 
-/** A member's reported device, or undefined when it reported nothing usable. */
+/**
+ * A member's reported device, or undefined when it reported nothing usable. A device bench's free
+ * memory and a --memory-mb budget (memory_budget_bytes) are what the whole process may use, so the
+ * runtime's own memory is planned out of them (DeviceSpec.memoryCoversRuntime); a bare
+ * fleet_device figure is memory for the model.
+ */
 export function deviceFromCapabilities(capabilities: Readonly<Record<string, unknown>> | undefined): Omit<DeviceSpec, 'name'> | undefined {
   const r = fleetDevice.safeParse(capabilities?.fleet_device ?? capabilities);
   if (!r.success) return undefined;
-  return { memoryBytes: r.data.memory_bytes, ...(r.data.bandwidth_gbps != null ? { bandwidthGBps: r.data.bandwidth_gbps } : {}) };
+  const wholeProcess = capabilities?.memory_budget_bytes !== undefined || (capabilities?.bandwidth !== undefined && capabilities?.memory !== undefined);
+  return {
+    memoryBytes: r.data.memory_bytes,
+    ...(wholeProcess ? { memoryCoversRuntime: true } : {}),
+    ...(r.data.bandwidth_gbps != null ? { bandwidthGBps: r.data.bandwidth_gbps } : {}),
+    ...(r.data.block_ms != null ? { blockMs: r.data.block_ms } : {}),
+  };
 }
 
 export interface SessionFleetInput {
@@ -51,7 +65,12 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
   // Bandwidth is used only when every device has it (chooseTier); a stand-in keeps the tier uniform.
   const devices: DeviceSpec[] = input.devices.map((d, i) => {
     const spec = deviceFromCapabilities(d.capabilities) ?? input.fallback;
-    return { name: names[i]!, ...spec, ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}) };
+    return {
+      name: names[i]!,
+      ...spec,
+      ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}),
+      ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
+    };
   });
   const index = new Map(input.devices.map((d, i) => [d.peer, i]));
   const rtts: PairRtt[] = [];

@@ -12,13 +12,15 @@
 // its requests (steps in flight fail into the hold), the planner plans the members left (its
 // admission check decides whether they can hold the model), members load their new ranges (a
 // member whose range did not change keeps its stage), and a new ring epoch starts, on which every
-// held request replays its prompt and generated tokens as one prefill and carries on. When the
+// held request rebuilds its caches (its prompt as a prefill, then one decode step per token it had
+// generated, ring-generator.ts) and carries on bit for bit. When the
 // members left cannot hold the model the host waits for one to return, up to recoveryTimeoutMs,
 // then fails the waiting requests with RING_UNAVAILABLE. A member that returns, or a new one, is
 // planned in at a safe point: the generator holds, steps in flight finish, the ring is rebuilt.
 import { EventEmitter } from 'node:events';
 import { basename } from 'node:path';
-import { isKiwiError, KiwiError } from '../errors.js';
+import { isKiwiError, KiwiError, knownCodeOr } from '../errors.js';
+import { ProgressRate } from '../progress-rate.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { createTokenizer } from '../model/tokenizer/tokenizer.js';
 import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
@@ -31,10 +33,11 @@ import { Stage } from '../runtime/stage.js';
 import { attentionHeadDim, type DecoderShape } from '../runtime/stage-graph.js';
 import { createHost, type HostOptions, type HostSession, type MemberView, type SessionStatus } from '../session/host.js';
 import type { WireOptions } from '../transport/tensor-frame.js';
-import { chooseLinkWire, type WirePolicy } from './link-wire.js';
-import { hashSpans, stageSpans } from './member-weights.js';
+import { chooseLinkWire, DEFAULT_WIRE_POLICY, type WirePolicy } from './link-wire.js';
+import { SpanHashes, stageSpans } from './member-weights.js';
+import { budgetRefusedWarning, MemberBudgets } from './member-budget.js';
 import { RingBackend } from './ring-backend.js';
-import { RingEngine } from './ring-engine.js';
+import { RingEngine, type PeerFault } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
 import { MemberToHostBody, parsePipelineBody, type Assign, type HostToMemberBody } from './ring-protocol.js';
 import { planRing, type RingStage } from './session-fleet.js';
@@ -127,12 +130,15 @@ export interface SessionHostStatus {
 export interface SessionHostEvents {
   plan: [plan: PlanJson];
   assigned: [stage: StageStatus];
-  'weights-progress': [p: { peer: number; name: string; receivedBytes: number; totalBytes: number }];
+  /** At most a few a second per member (engine/progress-rate.ts), always the final one; rate in bytes/s, null until measured. */
+  'weights-progress': [p: { peer: number; name: string; receivedBytes: number; totalBytes: number; bytesPerSecond: number | null; etaSeconds: number | null; final: boolean }];
   ready: [stage: StageStatus];
   serving: [];
   recovering: [reason: string];
   waiting: [reason: string];
   recovered: [record: RecoveryRecord];
+  /** Something to tell the user that did not stop the ring, e.g. a member that sent malformed ring data (planned out) or NaN activations. */
+  warning: [err: KiwiError];
   error: [err: KiwiError];
 }
 
@@ -171,6 +177,12 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private stages = new Map<number, StageStatus>();
   private memberPeers = new Map<string, number>();
   private readonly weights: WeightsSender;
+  /** Members whose --memory-mb budget cannot hold one layer: told at join, never planned. */
+  private readonly budgets: MemberBudgets;
+  /** Each span of the model hashed once per session, reused by every re-plan. */
+  private readonly spanHashes: SpanHashes;
+  /** Each member's weights transfer, sampled for the weights-progress event (its messages come per MiB). */
+  private readonly weightsRates = new Map<string, ProgressRate>();
   private model: LoadedModel | undefined;
   private ring: Ring | undefined;
   /** Members of the latest plan (the ring served, or the one being built): who can break it. */
@@ -193,6 +205,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private readonly leaving = new Set<string>();
   /** Members whose load failed during the re-plan under way: the next attempt plans without them. */
   private readonly failedLoads = new Set<string>();
+  /** Members that sent malformed ring data: no plan uses them again (they stay in the session). */
+  private readonly offenders = new Set<string>();
   /** Memory members asked to be planned with (short of free memory), by member id. */
   private readonly memoryLimits = new Map<string, number>();
   /** Peers at the ends of ring links that went down, until the re-plan: maybe gone, maybe partitioned. */
@@ -206,6 +220,14 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   ) {
     super();
     this.backend = new RingBackend(basename(opts.modelPath).replace(/\.gguf$/i, ''));
+    this.spanHashes = new SpanHashes(opts.modelPath);
+    this.budgets = new MemberBudgets(opts.modelSizes, opts.concurrency ?? 1,
+      async () => (await modelShapeFromGguf(await openGguf(opts.modelPath), opts.maxPositions !== undefined ? { maxPositions: opts.maxPositions } : {})).maxPositions,
+      (m, r) => {
+        this.session.sendPipeline(m.memberId, r as unknown as Record<string, unknown>);
+        this.emit('warning', budgetRefusedWarning(m.name, r));
+      },
+      () => this.poke());
     this.weights = new WeightsSender(opts.modelPath, (id, bytes) => session.sendPipelineBytes(id, bytes), () => this.closed);
     // Requests wait through a re-plan; /health says why the next token is late.
     this.backend.ringHealth = () => ({
@@ -216,6 +238,9 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       this.membershipVersion++;
       // A member that went or came back starts with its full memory again.
       if (c.type === 'member-left' || c.type === 'member-joined') this.memoryLimits.delete(c.memberId);
+      if (c.type === 'member-left') this.budgets.forget(c.memberId);
+      const joinedNow = c.type === 'member-joined' || c.type === 'member-recovered' ? this.activeMembers().find((m) => m.memberId === c.memberId) : undefined;
+      if (joinedNow !== undefined) this.budgets.verdict(joinedNow);
       const inRing = this.plannedIds.includes(c.memberId);
       if (c.type === 'member-left' && inRing) this.requestReplan(`${c.name} ${c.reason === 'left' ? 'left the session' : 'went silent (no heartbeat)'}`, true);
       if ((c.type === 'member-joined' || c.type === 'member-recovered') && !inRing) this.scheduleRejoin(c.name);
@@ -332,7 +357,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
 
   /** Members a plan may use: active, connected, not on their way out, not failing to load. */
   private eligibleMembers(): MemberView[] {
-    return this.activeMembers().filter((m) => !this.leaving.has(m.memberId) && !this.failedLoads.has(m.memberId));
+    return this.activeMembers().filter((m) => !this.leaving.has(m.memberId) && !this.failedLoads.has(m.memberId) && !this.offenders.has(m.memberId));
   }
 
   private peerName(peer: number): string {
@@ -351,13 +376,13 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private async gather(signal?: AbortSignal): Promise<void> {
     const expect = this.opts.expect;
     if (expect !== undefined) {
-      await this.until(() => this.activeMembers().length >= expect, `${expect} members to join`, 24 * 3600_000, signal);
+      await this.until(() => this.plannableCount() >= expect, `${expect} members to join`, 24 * 3600_000, signal);
     } else {
       let count = 0;
       let since = Date.now();
       await this.until(
         () => {
-          const n = this.activeMembers().length;
+          const n = this.plannableCount();
           if (n !== count) {
             count = n;
             since = Date.now();
@@ -370,6 +395,13 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       );
     }
     await this.linksUp(undefined, signal);
+    // Capabilities (a --memory-mb budget) may arrive after the join: a member refused meanwhile does not count.
+    if (this.plannableCount() < (expect ?? 1)) return this.gather(signal);
+  }
+
+  /** Active members whose memory budget (if any) was checked and holds a layer. */
+  private plannableCount(): number {
+    return this.activeMembers().filter((m) => this.budgets.verdict(m) === 'ok').length;
   }
 
   /** Every ring link of the session is up and measured; `members`, when given, must stay in the session meanwhile. */
@@ -402,14 +434,29 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private planFor(members: readonly MemberView[], model: LoadedModel): { plan: PlanJson; order: RingStage[] } {
     // A member short of memory is planned with what it can give; one that cannot hold a block sits out.
     const limit = (m: MemberView): number | undefined => this.memoryLimits.get(m.memberId);
-    const usable = members.filter((m) => (limit(m) ?? Number.POSITIVE_INFINITY) >= this.opts.modelSizes.blockBytes);
+    const usable = members.filter((m) => (limit(m) ?? Number.POSITIVE_INFINITY) >= this.opts.modelSizes.blockBytes && this.budgets.verdict(m, model.shape.maxPositions) !== 'refused');
+    // What each device holds now (its stage in the ring being served): a re-plan keeps it where
+    // the bottleneck stays within the planner's margin (planner/moves.ts), so less moves.
+    const held = new Map<string, { start: number; end: number }>();
+    const ring = this.ring;
+    if (ring !== undefined) {
+      ring.memberIds.forEach((id, i) => {
+        const s = ring.order[i + 1];
+        if (s !== undefined && s.end > s.start) held.set(id, { start: s.start, end: s.end });
+      });
+    }
+    const hostHeld = ring !== undefined && ring.order[0] !== undefined && ring.order[0].end > ring.order[0].start ? [{ start: ring.order[0].start, end: ring.order[0].end }] : undefined;
+    const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }> } => {
+      const h = held.get(m.memberId);
+      return h !== undefined ? { holds: [h] } : {};
+    };
     const { plan, stages } = planRing({
       model: this.opts.modelSizes,
       context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1,
       devices: [
-        { peer: 0, name: this.opts.hostName ?? 'host', capabilities: undefined },
-        ...usable.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}) })),
+        { peer: 0, name: this.opts.hostName ?? 'host', capabilities: undefined, ...(hostHeld !== undefined ? { holds: hostHeld } : {}) },
+        ...usable.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m) })),
       ],
       fallback: this.opts.hostDevice,
       links: this.session.status().links,
@@ -484,7 +531,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     const wireOut = (i: number): WireOptions => {
       const [a, b] = [order[i]!.peer, order[(i + 1) % order.length]!.peer];
       const l = links.find((x) => (x.a === a && x.b === b) || (x.a === b && x.b === a));
-      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs, ...(l?.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) }, frame, this.opts.wirePolicy ?? 'exact');
+      return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs, ...(l?.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) }, frame, this.opts.wirePolicy ?? DEFAULT_WIRE_POLICY);
     };
     const hostRange = order[0]!;
     const hostName = this.opts.hostName ?? 'host';
@@ -506,10 +553,12 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         kind: 'assign', epoch, start: s.start, end: s.end,
         prev: order[i - 1]!.peer, next: order[(i + 1) % order.length]!.peer,
         ...stages.get(s.peer)!.wire!,
+        // The first member embeds when the host runs no blocks: it receives token ids.
+        receive: i === 1 && hostRange.end === 0 ? { tensor: 'ids', zstd: stages.get(0)!.wire!.zstd } : { tensor: stages.get(order[i - 1]!.peer)!.wire!.encoding, zstd: stages.get(order[i - 1]!.peer)!.wire!.zstd },
         model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize, ...(this.opts.modelUrl !== undefined ? { url: this.opts.modelUrl } : {}) },
         maxPositions: shape.maxPositions,
       };
-      const spans = await hashSpans(this.opts.modelPath, stageSpans(file, s));
+      const spans = await this.spanHashes.hash(stageSpans(file, s));
       this.weights.plan(m.memberId, spans);
       this.sendTo(m.memberId, assign);
       this.sendTo(m.memberId, { kind: 'weights-plan', epoch, spans });
@@ -542,7 +591,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     if (old !== undefined && old !== first) await old.dispose();
     const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
       epoch, first, head: this.head, firstPeer: order[1]!.peer, lastPeer: order[order.length - 1]!.peer, wire: hostStage.wire!,
+      receive: { tensor: stages.get(order[order.length - 1]!.peer)!.wire!.encoding, zstd: stages.get(order[order.length - 1]!.peer)!.wire!.zstd },
+      maxRows: this.opts.maxBatch ?? 8,
       onBroken: (err) => this.requestReplan(err.message, true),
+      onPeerFault: (peer, fault, err) => this.onPeerFault(peer, fault, err),
     });
     return { epoch, generation: (this.ring?.generation ?? 0) + 1, order, memberIds, first, engine };
   }
@@ -703,6 +755,24 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     }
   }
 
+  /**
+   * Ring data from member `peer` was wrong (the host's engine saw it, or the next member reported
+   * it). Malformed: planned out for good and the ring re-planned. Numeric (NaN/Inf of the right
+   * shape): a precision problem to report, the member stays.
+   */
+  private onPeerFault(peer: number, fault: PeerFault, err: KiwiError): void {
+    const member = this.session.status().members.find((m) => m.peer === peer);
+    const name = member?.name ?? `peer ${peer}`;
+    if (fault === 'numeric') {
+      this.emit('warning', new KiwiError('RING_PEER_NUMERIC', `${name}'s activations overflowed (NaN or infinity; a precision problem, e.g. an fp16 stage): the request failed, the member stays. ${err.message}`, { peer, member: name }));
+      return;
+    }
+    if (member === undefined || this.offenders.has(member.memberId)) return;
+    this.offenders.add(member.memberId);
+    this.emit('warning', new KiwiError('RING_PEER_MALFORMED', `${name} sent malformed ring data; the ring is re-planned without it. ${err.message}`, { peer, member: name }));
+    this.requestReplan(`${name} sent malformed ring data`, true);
+  }
+
   private onPipeline(memberId: string, raw: Record<string, unknown>): void {
     let body: MemberToHostBody;
     try {
@@ -731,6 +801,16 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       return;
     }
     const peer = this.memberPeers.get(memberId);
+    if (body.kind === 'peer-fault') {
+      // A member may report only its own previous stage (or itself, for NaN it produced).
+      const order = this.ring?.order.map((s) => s.peer) ?? [];
+      const at = peer === undefined ? -1 : order.indexOf(peer);
+      const prev = at > 0 ? order[at - 1] : undefined;
+      if (body.epoch === this.ring?.epoch && (body.peer === prev || (body.fault === 'numeric' && body.peer === peer)) && body.peer !== 0) {
+        this.onPeerFault(body.peer, body.fault, new KiwiError(body.fault === 'malformed' ? 'RING_PEER_MALFORMED' : 'RING_PEER_NUMERIC', `${body.code}: ${body.message}`));
+      }
+      return;
+    }
     const stage = peer !== undefined ? this.stages.get(peer) : undefined;
     if (stage === undefined) return;
     // Answers about an earlier assignment are stale.
@@ -748,7 +828,14 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         break;
       case 'weights-progress': {
         this.weights.acknowledge(memberId, body.receivedBytes);
-        this.emit('weights-progress', { peer: stage.peer, name: stage.name, receivedBytes: body.receivedBytes, totalBytes: body.totalBytes });
+        let rate = this.weightsRates.get(memberId);
+        if (rate === undefined) this.weightsRates.set(memberId, (rate = new ProgressRate()));
+        const p = rate.update(body.receivedBytes, body.totalBytes);
+        if (p !== null) {
+          this.emit('weights-progress', {
+            peer: stage.peer, name: stage.name, receivedBytes: body.receivedBytes, totalBytes: body.totalBytes, bytesPerSecond: p.rate, etaSeconds: p.etaSeconds, final: p.final,
+          });
+        }
         break;
       }
       case 'ready':
@@ -757,7 +844,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         break;
       case 'failed':
         stage.state = 'failed';
-        this.error = new KiwiError(body.code, `${stage.name} could not load layers ${stage.start}-${stage.end}: ${body.message}`);
+        this.error = new KiwiError(knownCodeOr(body.code, 'RING_STAGE_FAILED'), `${stage.name} could not load layers ${stage.start}-${stage.end}: ${body.message}`);
         break;
     }
     this.poke();

@@ -17,7 +17,10 @@ export interface DeviceCost {
   blockMemoryBytes: number;
   /** Extra memory of the head: embedding and output projection. */
   headMemoryBytes: number;
+  /** Memory left for blocks and head: the device's, less the stage process's own overhead. */
   memoryBytes: number;
+  /** The stage process's own memory (runtime baseline, scratch), part of every stage's memory. */
+  overheadBytes?: number;
 }
 
 /** Picks the best tier every device can supply (Kafila §V-D: degrade when inputs are missing). */
@@ -32,10 +35,14 @@ export function chooseTier(devices: readonly DeviceSpec[]): Tier {
 /** Per-device costs in the given tier (the tier must be one chooseTier allows for these devices). */
 export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
   const { model } = fleet;
-  const blockMemoryBytes = model.blockBytes + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency;
+  // Resident weights (the runtime's packed form when known) plus the KV cache of every request.
+  const blockMemoryBytes = (model.blockResidentBytes ?? model.blockBytes) + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency;
+  const overhead = model.stageOverheadBytes ?? 0;
   const headShare = model.headBytes / model.blockBytes;
   const largestMemory = Math.max(...fleet.devices.map((d) => d.memoryBytes));
   return fleet.devices.map((d) => {
+    // The runtime's own memory counts where the device's figure covers the whole process.
+    const overheadBytes = d.memoryCoversRuntime === true ? overhead : 0;
     let perBlock: number;
     let head: number;
     switch (tier) {
@@ -71,7 +78,14 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
         break;
       }
     }
-    return { perBlock, head, blockMemoryBytes, headMemoryBytes: model.headResidentBytes, memoryBytes: d.memoryBytes };
+    return {
+      perBlock,
+      head,
+      blockMemoryBytes,
+      headMemoryBytes: model.headResidentBytes,
+      memoryBytes: d.memoryBytes - overheadBytes,
+      overheadBytes,
+    };
   });
 }
 
@@ -84,9 +98,9 @@ export function stageCost(c: DeviceCost, blocks: number, head: boolean): number 
   return blocks * c.perBlock + (head ? c.head : 0);
 }
 
-/** Memory a stage needs, in bytes. */
+/** Memory a stage process needs, in bytes (its overhead included). */
 export function stageMemoryBytes(c: DeviceCost, blocks: number, head: boolean): number {
-  return blocks * c.blockMemoryBytes + (head ? c.headMemoryBytes : 0);
+  return blocks * c.blockMemoryBytes + (head ? c.headMemoryBytes : 0) + (c.overheadBytes ?? 0);
 }
 
 /** The most blocks the device can hold in memory (with the head if `head`); -1 when not even the head fits. */

@@ -10,6 +10,7 @@ export const FLEET_LIMITS = Object.freeze({
   maxNameLength: 128,
   maxContext: 16_777_216,
   maxConcurrency: 4096,
+  maxHeldRanges: 64,
 });
 
 /** Sizes of the model as the planner sees it; all byte counts are per the whole model's one copy. */
@@ -25,16 +26,35 @@ export interface ModelSizes {
   headResidentBytes: number;
   /** KV cache of one token in one block: 2 × kv_heads × head_dim × bytes per element. */
   kvBytesPerTokenPerLayer: number;
+  /**
+   * Memory one block's weights take once loaded (the runtime's packed form, model-sizes.ts); absent:
+   * blockBytes stands in.
+   */
+  blockResidentBytes?: number;
+  /** Memory every stage process needs besides its blocks and head (runtime baseline, scratch); absent: 0. */
+  stageOverheadBytes?: number;
   /** Parameters of one block; only the FLOPS tier uses it (2 FLOPs per parameter per token). */
   blockParams?: number;
 }
 
 export type NatClass = 'permissive' | 'restrictive';
 
+/** Integer half-open block range [start, end). */
+export interface LayerRange {
+  start: number;
+  end: number;
+}
+
 export interface DeviceSpec {
   name: string;
   /** Memory the device can give the model (VRAM of its GPU, or RAM for a CPU member). */
   memoryBytes: number;
+  /**
+   * memoryBytes is what the whole stage process may use, the runtime's own memory included (a
+   * measured device's free memory, a --memory-mb budget): the model's stageOverheadBytes comes out
+   * of it. Otherwise (a fleet file's figure) memoryBytes is for blocks, KV cache and head alone.
+   */
+  memoryCoversRuntime?: boolean;
   /** Measured memory bandwidth. */
   bandwidthGBps?: number;
   /** Measured time of one decoder block of this model on this device, per token. */
@@ -43,6 +63,11 @@ export interface DeviceSpec {
   tflops?: number;
   nat?: NatClass;
   rendezvousRttMs?: number;
+  /**
+   * Blocks whose weights the device holds now (its current stage, layers kept from earlier
+   * assignments): a re-plan prefers divisions that fetch fewer blocks (plan.ts, MOVE_MARGIN).
+   */
+  holds?: LayerRange[];
 }
 
 export interface PairRtt {
@@ -79,6 +104,8 @@ const sizesSchema = z.strictObject({
   head_resident_bytes: byteCount,
   kv_bytes_per_token_per_layer: byteCount,
   block_params: byteCount.min(1).optional(),
+  block_resident_bytes: byteCount.min(1).optional(),
+  stage_overhead_bytes: byteCount.optional(),
 });
 
 const ggufSchema = z.strictObject({ gguf: z.string().min(1).max(4096) });
@@ -91,6 +118,10 @@ const deviceSchema = z.strictObject({
   tflops: positive.nullable().optional(),
   nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
   rendezvous_rtt_ms: z.number().finite().nonnegative().nullable().optional(),
+  holds: z
+    .array(z.tuple([z.number().int().min(0).max(FLEET_LIMITS.maxLayers), z.number().int().min(1).max(FLEET_LIMITS.maxLayers)]).refine(([a, b]) => a < b, 'a held range [start, end) needs start < end'))
+    .max(FLEET_LIMITS.maxHeldRanges)
+    .optional(),
 });
 
 const fleetSchema = z.strictObject({
@@ -141,6 +172,7 @@ export function parseFleetFile(value: unknown): FleetFile {
     if (d.tflops != null) out.tflops = d.tflops;
     if (d.nat != null) out.nat = d.nat;
     if (d.rendezvous_rtt_ms != null) out.rendezvousRttMs = d.rendezvous_rtt_ms;
+    if (d.holds !== undefined) out.holds = d.holds.map(([start, end]) => ({ start, end }));
     return out;
   });
   const model = 'gguf' in raw.model ? { gguf: raw.model.gguf } : toSizes(raw.model);
@@ -158,6 +190,8 @@ export function checkModelSizes(sizes: ModelSizes): ModelSizes {
     kv_bytes_per_token_per_layer: sizes.kvBytesPerTokenPerLayer,
   };
   if (sizes.blockParams !== undefined) raw.block_params = sizes.blockParams;
+  if (sizes.blockResidentBytes !== undefined) raw.block_resident_bytes = sizes.blockResidentBytes;
+  if (sizes.stageOverheadBytes !== undefined) raw.stage_overhead_bytes = sizes.stageOverheadBytes;
   const parsed = sizesSchema.safeParse(raw);
   if (!parsed.success) {
     const problems = parsed.error.issues.slice(0, 5).map((issue) => `${formatPath(issue.path)}: ${issue.message}`);
@@ -185,6 +219,8 @@ function toSizes(raw: RawSizes): ModelSizes {
     kvBytesPerTokenPerLayer: raw.kv_bytes_per_token_per_layer,
   };
   if (raw.block_params !== undefined) out.blockParams = raw.block_params;
+  if (raw.block_resident_bytes !== undefined) out.blockResidentBytes = raw.block_resident_bytes;
+  if (raw.stage_overhead_bytes !== undefined) out.stageOverheadBytes = raw.stage_overhead_bytes;
   return out;
 }
 

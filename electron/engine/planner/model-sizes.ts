@@ -1,16 +1,31 @@
 // The model as the planner sizes it, from a GGUF's summary: per-block and head bytes and KV bytes
-// per token (used by `kiwi plan`, `kiwi host` and the UI's hosting alike).
+// per token (used by `kiwi plan`, `kiwi host` and the UI's hosting alike). With the file itself
+// (modelSizesFromGguf), memory is what the runtime really keeps resident per block and for the
+// head (runtime/memory-model.ts: the packed layout onnxruntime keeps, measured by bench/memory.ts),
+// plus the fixed cost of a stage process; without it, the GGUF bytes stand in.
+import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import { summarizeModel } from '../model/model-summary.js';
 import type { ModelSummary } from '../model/model-summary.js';
+import { RUNTIME_KV_BYTES_PER_ELEMENT, scratchBytes, tensorResidentBytes } from '../runtime/memory-model.js';
 import type { ModelSizes } from './fleet.js';
 
-/** The runtime keeps K and V in fp16: 2 bytes per element. */
-export const KV_BYTES_PER_ELEMENT = 2;
+/** The runtime keeps K and V in f32 (runtime/stage.ts): 4 bytes per element. */
+export const KV_BYTES_PER_ELEMENT = RUNTIME_KV_BYTES_PER_ELEMENT;
+
+/**
+ * Anonymous memory of a stage process besides its layers: Node, V8's heap, onnxruntime's library
+ * and its worker thread, the session, link and API code, buffers of weights in transit. Measured
+ * (Linux x64, run from source with tsx; ring.memory.process.test.ts): a one-stage process of the
+ * 260K-parameter test model 60-85 MiB, `kiwi join` members 110-125 MiB, `kiwi host` about 145 MiB
+ * over its layers; this is above all of them.
+ */
+export const RUNTIME_BASELINE_BYTES = 160 * 2 ** 20;
 
 /**
  * The planner's sizes from a GGUF's summary. The largest block stands for every block, so that
  * admission errs on the side of memory when quantization mixes differ between blocks. The head
  * reads the output projection (the embedding matrix when tied) and final norm per token, and keeps
- * the embedding and output projection resident (tied: once).
+ * the embedding and output projection resident (tied: once in the file).
  */
 export function modelSizesFromSummary(s: ModelSummary): ModelSizes {
   const head = s.head_bytes;
@@ -23,5 +38,35 @@ export function modelSizesFromSummary(s: ModelSummary): ModelSizes {
     headResidentBytes: head.embedding + head.output + head.output_norm,
     // K and V: 2 × kv_heads × head_dim elements per token per block.
     kvBytesPerTokenPerLayer: 2 * s.head_count_kv * s.head_dim * KV_BYTES_PER_ELEMENT,
+  };
+}
+
+/**
+ * The planner's sizes with memory as the runtime keeps it: each block's matrices in onnxruntime's
+ * packed form (Q4_0: 6 bits a weight, not 4.5; Q8_0: 10; Q6_K: 12; Q4_K: 6.1), the head's
+ * embedding as GGUF bytes (kept in JS for the lookup) plus its output projection packed (a tied
+ * projection is a second, packed copy of the embedding), and a stage process's own baseline and
+ * scratch. bytes read per token (blockBytes, headBytes) stay the file's.
+ */
+export function modelSizesFromGguf(file: GgufFile): ModelSizes {
+  const s = summarizeModel(file);
+  const sizes = modelSizesFromSummary(s);
+  const perBlock = new Array<number>(s.block_count).fill(0);
+  let head = 0;
+  for (const t of file.tensors) {
+    const blk = /^blk\.(\d+)\./.exec(t.name);
+    if (blk !== null && Number(blk[1]) < s.block_count) perBlock[Number(blk[1])]! += tensorResidentBytes(t);
+    else if (t.name === 'output.weight' || t.name.startsWith('output_norm.')) head += tensorResidentBytes(t);
+  }
+  const embedding = file.tensor('token_embd.weight');
+  if (embedding !== undefined) {
+    head += embedding.byteLength;
+    if (file.tensor('output.weight') === undefined) head += tensorResidentBytes(embedding);
+  }
+  return {
+    ...sizes,
+    blockResidentBytes: Math.max(1, ...perBlock),
+    headResidentBytes: head,
+    stageOverheadBytes: RUNTIME_BASELINE_BYTES + scratchBytes({ hidden: s.embedding_length, vocab: s.vocab_size }, true),
   };
 }

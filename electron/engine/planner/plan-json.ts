@@ -12,6 +12,8 @@ export interface StageJson {
   head: boolean;
   stage_ms: number | null;
   memory_bytes: number;
+  /** Weight bytes of the blocks the device does not hold and must fetch: fetch blocks × block_bytes. */
+  fetch_bytes: number;
 }
 
 export interface DivisionJson {
@@ -36,6 +38,8 @@ export interface PlanJson {
   bottleneck_ms: number | null;
   circuit_ms: number | null;
   utilization: number;
+  /** Σ stages' fetch_bytes. */
+  fetch_bytes: number;
   edges: EdgeJson[];
   baselines: { uniform: DivisionJson; proportional: DivisionJson };
 }
@@ -45,7 +49,7 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
   const timed = plan.tier !== 'memory';
   const ms = (x: number): number | null => (timed ? round(x, 3) : null);
   const stages = (d: Division): StageJson[] =>
-    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), memory_bytes: s.memoryBytes }));
+    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
   const division = (d: Division): DivisionJson => ({
     fits: d.fits,
     bottleneck_ms: ms(d.bottleneck),
@@ -60,6 +64,7 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
     bottleneck_ms: ms(plan.division.bottleneck),
     circuit_ms: ms(plan.circuit),
     utilization: round(plan.division.utilization, 4),
+    fetch_bytes: plan.division.stages.reduce((n, s) => n + s.fetchBlocks * fleet.model.blockBytes, 0),
     edges: plan.edges.map((e) => ({ from: name(e.from), to: name(e.to), kind: e.kind, latency_ms: e.latencyMs === null ? null : round(e.latencyMs, 3) })),
     baselines: { uniform: division(plan.baselines.uniform), proportional: division(plan.baselines.proportional) },
   };

@@ -48,7 +48,7 @@ describe('planner', () => {
     });
     const f = file as Fleet;
     const json = toPlanJson(f, planFleet(f));
-    expect(Object.keys(json)).toEqual(['tier', 'order', 'head', 'stages', 'bottleneck_ms', 'circuit_ms', 'utilization', 'edges', 'baselines']);
+    expect(Object.keys(json)).toEqual(['tier', 'order', 'head', 'stages', 'bottleneck_ms', 'circuit_ms', 'utilization', 'fetch_bytes', 'edges', 'baselines']);
     expect(json.tier).toBe('bandwidth');
     expect(json.head).toBe('alice-4090');
     expect(json.order).toEqual(['alice-4090', 'bob-m2']);
@@ -56,7 +56,9 @@ describe('planner', () => {
       ['alice-4090', 0, json.stages[0]?.end, true],
       ['bob-m2', json.stages[0]?.end, 64, false],
     ]);
-    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'memory_bytes']);
+    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'memory_bytes', 'fetch_bytes']);
+    // Nothing held: every device fetches its whole range.
+    expect(json.fetch_bytes).toBe(64 * 292000000);
     expect(json.edges).toEqual([
       { from: 'alice-4090', to: 'bob-m2', kind: 'direct', latency_ms: 2.5 },
       { from: 'bob-m2', to: 'alice-4090', kind: 'direct', latency_ms: 2.5 },

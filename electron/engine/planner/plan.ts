@@ -7,6 +7,7 @@ import { memoryShortfall } from './admission.js';
 import { proportionalCounts, uniformCounts } from './baselines.js';
 import { chooseTier, deviceCosts, stageCost, stageMemoryBytes, type DeviceCost, type Tier } from './cost-model.js';
 import type { Fleet } from './fleet.js';
+import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, type HeldPrefix } from './moves.js';
 import { partitionChain } from './partition.js';
 import { orderRing, type Ring, type RingEdge } from './ring-order.js';
 
@@ -18,6 +19,12 @@ export interface PlanOptions {
   anchorMargin?: number;
   /** The device holding the head now (re-planning keeps it when it is good enough); default: the first device. */
   currentHead?: string;
+  /**
+   * When devices say what they hold (DeviceSpec.holds): the share of the bottleneck a division may
+   * give up to fetch fewer blocks (default MOVE_MARGIN, 0.05; 0: the fastest division, fewest
+   * moves only among equals).
+   */
+  moveMargin?: number;
 }
 
 export interface StagePlan {
@@ -30,6 +37,8 @@ export interface StagePlan {
   cost: number;
   memoryBytes: number;
   fits: boolean;
+  /** Blocks of [start, end) the device does not hold (DeviceSpec.holds) and must fetch. */
+  fetchBlocks: number;
 }
 
 export interface Division {
@@ -59,6 +68,7 @@ export interface PlanResult {
 export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   const { model, devices } = fleet;
   const m = devices.length;
+  checkHolds(fleet);
   if (m > model.layers) {
     throw new KiwiError(
       'PLAN_TOO_MANY_DEVICES',
@@ -96,7 +106,16 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   const chosen =
     atAnchor != null && atAnchor.part.bottleneck - best.part.bottleneck <= margin * atAnchor.part.bottleneck ? atAnchor : best;
 
-  const division = evaluate(costs, chosen.chain, chosen.part.counts);
+  const held = heldPrefix(devices.map((d) => d.holds), model.layers);
+  let counts = chosen.part.counts;
+  if (devices.some((d) => (d.holds?.length ?? 0) > 0)) {
+    // Re-plans keep what members hold: the division within the margin of this head's best
+    // bottleneck that fetches the fewest blocks, unless the fastest one fetches no more.
+    const bound = chosen.part.bottleneck * (1 + (options.moveMargin ?? MOVE_MARGIN));
+    const fewest = fewestMoves(costs, chosen.chain, model.layers, held, bound);
+    if (fewest !== null && fetched(held, chosen.chain, fewest) < fetched(held, chosen.chain, counts)) counts = fewest;
+  }
+  const division = evaluate(costs, chosen.chain, counts, held);
   const edges = rotate(ring.edges, chosen.r);
   const circuit = division.stages.reduce((acc, s) => acc + s.cost, 0) + edges.reduce((acc, e) => acc + (e.latencyMs ?? 0), 0);
 
@@ -125,14 +144,14 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
 }
 
 /** Stages, costs and fit of a division of blocks over a chain whose first device holds the head. */
-export function evaluate(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[]): Division {
+export function evaluate(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[], held: HeldPrefix = []): Division {
   let start = 0;
   const stages = chain.map((device, i) => {
     const blocks = counts[i] as number;
     const c = costs[device] as DeviceCost;
     const head = i === 0;
     const memoryBytes = stageMemoryBytes(c, blocks, head);
-    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), memoryBytes, fits: memoryBytes <= c.memoryBytes };
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
     start += blocks;
     return stage;
   });
@@ -150,6 +169,28 @@ function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiErr
     ? `the fleet cannot hold ${fleet.model.name} at context ${fleet.context} × ${fleet.concurrency} requests: '${device}' is short by ${short.shortByBytes} bytes (${gib} GiB) even with the best division. Free that much memory on '${device}', admit another device, or lower the context or concurrency.`
     : `the fleet cannot hold ${fleet.model.name} at context ${fleet.context} × ${fleet.concurrency} requests: '${device}' lacks ${short.shortByBytes} bytes (${gib} GiB) to hold even one block, and so do ${others.map((n) => `'${n}'`).join(', ')}. Give those devices more memory, leave them out, or lower the context or concurrency.`;
   return new KiwiError('PLAN_INSUFFICIENT_MEMORY', message, { device, short_by_bytes: short.shortByBytes });
+}
+
+/** Blocks the chain fetches under `counts`. */
+function fetched(held: HeldPrefix, chain: readonly number[], counts: readonly number[]): number {
+  let start = 0;
+  let n = 0;
+  chain.forEach((device, i) => {
+    const k = counts[i] as number;
+    n += fetchBlocks(held, device, start, start + k);
+    start += k;
+  });
+  return n;
+}
+
+function checkHolds(fleet: Fleet): void {
+  for (const d of fleet.devices) {
+    for (const r of d.holds ?? []) {
+      if (!Number.isInteger(r.start) || !Number.isInteger(r.end) || r.start < 0 || r.end <= r.start || r.end > fleet.model.layers) {
+        throw new KiwiError('FLEET_INVALID', `'${d.name}' holds [${r.start}, ${r.end}), which is not a block range of ${fleet.model.name} (${fleet.model.layers} blocks).`, { device: d.name });
+      }
+    }
+  }
 }
 
 function rotate<T>(xs: readonly T[], r: number): T[] {

@@ -7,6 +7,7 @@
 // everything after the PAKE is ciphertext to it.
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
+import { parseJson } from '../parse-json.js';
 
 export const RENDEZVOUS_PROTOCOL_VERSION = 1;
 export const RELAY_HEADER_BYTES = 5;
@@ -24,7 +25,11 @@ const body = z.record(z.string(), z.unknown());
 
 export const ClientMessage = z.discriminatedUnion('t', [
   z.strictObject({ t: z.literal('open'), v: z.literal(RENDEZVOUS_PROTOCOL_VERSION) }),
-  z.strictObject({ t: z.literal('claim'), v: z.literal(RENDEZVOUS_PROTOCOL_VERSION), nameplate }),
+  /**
+   * rejoin: a member the host already approved comes back with its resume secret, not the code. Such
+   * a claim is let through a nameplate closed to code guesses; the host refuses code PAKEs on it.
+   */
+  z.strictObject({ t: z.literal('claim'), v: z.literal(RENDEZVOUS_PROTOCOL_VERSION), nameplate, rejoin: z.literal(true).optional() }),
   z.strictObject({ t: z.literal('send'), to: peer, body }),
   /** Tells the peer that this side closed its relayed link on `channel`. */
   z.strictObject({ t: z.literal('unlink'), to: peer, channel: z.number().int().min(0).max(MAX_RELAY_CHANNEL) }),
@@ -38,7 +43,7 @@ export type ClientMessage = z.infer<typeof ClientMessage>;
 export const ServerMessage = z.discriminatedUnion('t', [
   z.strictObject({ t: z.literal('opened'), nameplate, peer }),
   z.strictObject({ t: z.literal('claimed'), nameplate, peer }),
-  z.strictObject({ t: z.literal('peer-joined'), peer }),
+  z.strictObject({ t: z.literal('peer-joined'), peer, rejoin: z.literal(true).optional() }),
   z.strictObject({ t: z.literal('peer-left'), peer }),
   z.strictObject({ t: z.literal('admitted') }),
   z.strictObject({ t: z.literal('from'), from: peer, body }),
@@ -54,18 +59,11 @@ export function parseMessage<T>(schema: z.ZodType<T>, text: string, maxBytes: nu
   if (Buffer.byteLength(text, 'utf8') > maxBytes) {
     throw new KiwiError('RENDEZVOUS_MESSAGE_TOO_LARGE', `A rendezvous message exceeds ${maxBytes} bytes.`);
   }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    throw new KiwiError('RENDEZVOUS_MALFORMED', 'A rendezvous message is not valid JSON.');
-  }
-  const result = schema.safeParse(json);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    throw new KiwiError('RENDEZVOUS_MALFORMED', `A rendezvous message is malformed: ${issue?.path.join('.') || 'message'}: ${issue?.message ?? 'invalid'}.`);
-  }
-  return result.data;
+  return parseJson(schema, text, {
+    code: 'RENDEZVOUS_MALFORMED',
+    notJson: () => 'A rendezvous message is not valid JSON.',
+    invalid: ([first]) => `A rendezvous message is malformed: ${first}.`,
+  });
 }
 
 export function encodeRelay(peerId: number, channel: number, payload: Uint8Array): Uint8Array {

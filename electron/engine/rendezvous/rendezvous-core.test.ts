@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { encodeRelay, type ServerMessage } from './protocol.js';
-import { CloseCode, RendezvousCore, type CoreConnection, type RendezvousLimits } from './rendezvous-core.js';
+import { CloseCode, RendezvousCore, sourceOf, type CoreConnection, type RendezvousLimits } from './rendezvous-core.js';
 
 class FakeConn implements CoreConnection {
   texts: ServerMessage[] = [];
@@ -53,11 +53,11 @@ const peerOf = (c: FakeConn): number => {
 };
 
 describe('rendezvous core', () => {
-  it('allocates a short nameplate and tells the host who claims it', () => {
+  it('allocates a three-digit nameplate and tells the host who claims it', () => {
     const { host, nameplate, claim } = setup();
-    expect(nameplate).toBe(42);
+    expect(nameplate).toBe(141);
     const m = claim();
-    expect(m.last()).toEqual({ t: 'claimed', nameplate: 42, peer: 1 });
+    expect(m.last()).toEqual({ t: 'claimed', nameplate: 141, peer: 1 });
     expect(host.last()).toEqual({ t: 'peer-joined', peer: 1 });
   });
 
@@ -91,35 +91,121 @@ describe('rendezvous core', () => {
     expect(a.binaries).toEqual([encodeRelay(0, 0, Uint8Array.of(5))]);
   });
 
-  it('closes the nameplate after repeated wrong codes and refuses further claims', () => {
+  it('refuses further claims from an address after its repeated wrong codes, not from others', () => {
     const { host, claim, say } = setup({ maxFailedAttempts: 3 });
     for (let i = 1; i <= 3; i++) {
-      const c = claim();
+      const c = claim('10.0.0.66');
       say(host, { t: 'reject', peer: i });
       expect(c.closedWith).toBe(CloseCode.REJECTED);
     }
-    expect(host.texts.some((t) => t.t === 'nameplate-closed')).toBe(true);
-    const late = claim();
+    const late = claim('10.0.0.66');
     expect(late.errors()).toEqual(['NAMEPLATE_CLOSED']);
+    expect(host.texts.some((t) => t.t === 'nameplate-closed')).toBe(false);
+    expect(claim('10.0.0.7').last()).toMatchObject({ t: 'claimed' });
   });
 
-  it('counts a claimant that leaves before admission as a failed attempt', () => {
-    const { core, host, claim } = setup({ maxFailedAttempts: 2 });
-    core.disconnected(claim());
-    core.disconnected(claim());
+  it('closes the nameplate to code claims after the total of wrong codes from everywhere', () => {
+    const { host, claim, say } = setup({ maxFailedAttempts: 3, maxFailedAttemptsTotal: 4 });
+    for (let i = 1; i <= 4; i++) {
+      claim(`10.0.1.${i}`);
+      say(host, { t: 'reject', peer: i });
+    }
     expect(host.texts.some((t) => t.t === 'nameplate-closed')).toBe(true);
-    expect(claim().errors()).toEqual(['NAMEPLATE_CLOSED']);
+    expect(claim('10.0.2.1').errors()).toEqual(['NAMEPLATE_CLOSED']);
   });
 
-  it('does not let parallel claims exceed the failure budget', () => {
+  it('counts a claimant that guessed and left before admission as a failed attempt, one that never guessed not', () => {
+    const { core, say, claim } = setup({ maxFailedAttempts: 2 });
+    for (let i = 0; i < 10; i++) core.disconnected(claim());
+    expect(claim().last()).toMatchObject({ t: 'claimed' });
+    for (let i = 0; i < 2; i++) {
+      const c = claim('10.0.0.5');
+      say(c, { t: 'send', to: 0, body: { kind: 'pake', msg: 'AAAA' } });
+      core.disconnected(c);
+    }
+    expect(claim('10.0.0.5').errors()).toEqual(['NAMEPLATE_CLOSED']);
+  });
+
+  it('does not let parallel claims from one address exceed its failure budget', () => {
     const { claim } = setup({ maxFailedAttempts: 2 });
     claim();
     claim();
     expect(claim().errors()).toEqual(['NAMEPLATE_BUSY']);
+    expect(claim('10.0.0.8').last()).toMatchObject({ t: 'claimed' });
+  });
+
+  it('lets strangers burn no session: code-less and wrong-code floods from many connections, then the friends still join and an approved member rejoins', () => {
+    const { core, host, say, claim, nameplate } = setup();
+    // One approved member from a LAN address; then an attacker floods from another address.
+    const friend = claim('192.168.1.20');
+    say(host, { t: 'admit', peer: peerOf(friend) });
+    const attacker = '203.0.113.9';
+    let refused = 0;
+    for (let i = 0; i < 200; i++) {
+      const c = claim(attacker);
+      const claimed = c.texts.find((t) => t.t === 'claimed');
+      if (claimed?.t !== 'claimed') {
+        refused++;
+        core.disconnected(c);
+        continue;
+      }
+      // Half of them send a wrong guess (the host rejects it), half say nothing and leave.
+      if (i % 2 === 0) {
+        say(c, { t: 'send', to: 0, body: { kind: 'pake', msg: 'AAAA' } });
+        say(host, { t: 'reject', peer: claimed.peer });
+      }
+      core.disconnected(c);
+    }
+    expect(refused).toBeGreaterThan(150);
+    // Enumeration of other nameplates from the attacker's address is slowed to a trickle.
+    const probe = (n: number): string[] => {
+      const c = core.connected.bind(core);
+      const conn = new (friend.constructor as new (ip: string) => typeof friend)(attacker);
+      c(conn);
+      say(conn, { t: 'claim', v: 1, nameplate: n });
+      core.disconnected(conn);
+      return conn.errors();
+    };
+    const probes = Array.from({ length: 40 }, (_, i) => probe(1000 + i)).flat();
+    expect(probes.filter((c) => c === 'RENDEZVOUS_RATE_LIMITED').length).toBeGreaterThanOrEqual(20);
+    expect(host.texts.some((t) => t.t === 'nameplate-closed')).toBe(false);
+    // A new friend from another address joins with the code; the approved member rejoins after a drop.
+    const newFriend = claim('192.168.1.21');
+    expect(newFriend.last()).toMatchObject({ t: 'claimed', nameplate });
+    core.disconnected(friend);
+    const back = new (friend.constructor as new (ip: string) => typeof friend)('192.168.1.20');
+    core.connected(back);
+    say(back, { t: 'claim', v: 1, nameplate, rejoin: true });
+    expect(back.last()).toMatchObject({ t: 'claimed' });
+    expect(host.texts.at(-1)).toMatchObject({ t: 'peer-joined', rejoin: true });
+  });
+
+  it('lets a returning member claim through a nameplate closed to code guesses', () => {
+    const { core, connect, host, say, claim, nameplate } = setup({ maxFailedAttemptsTotal: 2, maxFailedAttempts: 1 });
+    for (const ip of ['10.9.0.1', '10.9.0.2']) {
+      const c = claim(ip);
+      say(host, { t: 'reject', peer: peerOf(c) });
+    }
+    expect(host.texts.some((t) => t.t === 'nameplate-closed')).toBe(true);
+    expect(claim('10.9.0.3').errors()).toEqual(['NAMEPLATE_CLOSED']);
+    const back = connect('10.9.0.4');
+    say(back, { t: 'claim', v: 1, nameplate, rejoin: true });
+    expect(back.last()).toMatchObject({ t: 'claimed' });
+    expect(core.stats().nameplates).toBe(1);
+  });
+
+  it.each([
+    ['203.0.113.9', '203.0.113.9'],
+    ['::ffff:203.0.113.9', '203.0.113.9'],
+    ['2001:db8:1:2:3:4:5:6', '2001:db8:1:2::/64'],
+    ['2001:db8:1:2::9', '2001:db8:1:2::/64'],
+    ['::1', '0:0:0:0::/64'],
+  ])('counts %s as the source %s', (ip, source) => {
+    expect(sourceOf(ip)).toBe(source);
   });
 
   it('keeps admitted members working after the nameplate closes', () => {
-    const { core, host, claim, say } = setup({ maxFailedAttempts: 1 });
+    const { core, host, claim, say } = setup({ maxFailedAttempts: 1, maxFailedAttemptsTotal: 1 });
     const a = claim();
     say(host, { t: 'admit', peer: 1 });
     const bad = claim();

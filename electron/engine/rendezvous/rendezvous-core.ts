@@ -2,6 +2,12 @@
 // a host and the peers that claim its nameplate, relays binary frames between admitted peers, and
 // enforces every limit. Each connection's state is its own, so a malformed, oversized, replayed or
 // flooding client only ever gets errors and, past a threshold, its own connection closed.
+// Wrong codes are counted per source address (IPv6: per /64), so strangers guessing cannot lock the
+// friends out of a session: a source that failed maxFailedAttempts times gets no more tries, and
+// only maxFailedAttemptsTotal failures from everywhere close the nameplate to code guesses. A
+// connection that leaves without guessing costs nothing; members the host approved rejoin with a
+// resume secret (claim `rejoin`) even through a closed nameplate. Nameplates have 3-4 digits and a
+// source may probe unknown ones only slowly, so sessions cannot be found by enumeration.
 import { isKiwiError, KiwiError } from '../errors.js';
 import { ClientMessage, decodeRelay, encodeRelay, HOST_PEER, parseMessage, type ServerMessage } from './protocol.js';
 
@@ -14,8 +20,15 @@ export interface RendezvousLimits {
   /** Open nameplates whose hosts connect from one IP. */
   maxSessionsPerIp: number;
   maxPeersPerNameplate: number;
-  /** Failed or abandoned PAKE attempts after which a nameplate takes no more claims. */
+  /** Failed or abandoned PAKE attempts from one source after which a nameplate takes no more claims from it. */
   maxFailedAttempts: number;
+  /** Failed attempts from all sources together after which a nameplate takes no more code claims. */
+  maxFailedAttemptsTotal: number;
+  /** Claims of one source still in the key exchange, per nameplate. */
+  maxPendingPerSource: number;
+  /** Claims of unknown nameplates one source may make at once, refilled at unknownClaimsPerMinute. */
+  unknownClaimBurst: number;
+  unknownClaimsPerMinute: number;
   /** Token bucket for JSON messages, per connection. */
   messagesPerSecond: number;
   messageBurst: number;
@@ -34,6 +47,10 @@ export const DEFAULT_LIMITS: RendezvousLimits = {
   maxSessionsPerIp: 8,
   maxPeersPerNameplate: 32,
   maxFailedAttempts: 5,
+  maxFailedAttemptsTotal: 20,
+  maxPendingPerSource: 8,
+  unknownClaimBurst: 20,
+  unknownClaimsPerMinute: 6,
   messagesPerSecond: 100,
   messageBurst: 200,
   maxViolations: 10,
@@ -55,6 +72,8 @@ export const CloseCode = { VIOLATIONS: 4000, REJECTED: 4001, NAMEPLATE_CLOSED: 4
 interface Client {
   conn: CoreConnection;
   ip: string;
+  /** Who is counted for wrong codes: the IPv4 address, or the /64 of an IPv6 one. */
+  source: string;
   tokens: number;
   refilledAt: number;
   violations: number;
@@ -62,6 +81,10 @@ interface Client {
   peer: number;
   admitted: boolean;
   rejected: boolean;
+  /** Sent the host a key exchange message before being admitted: leaving then is a failed guess. */
+  guessed: boolean;
+  /** Claimed as a returning member (resume secret), not with the code. */
+  rejoin: boolean;
 }
 
 interface Nameplate {
@@ -70,6 +93,7 @@ interface Nameplate {
   members: Map<number, Client>;
   nextPeer: number;
   failures: number;
+  failuresBySource: Map<string, number>;
   closed: boolean;
 }
 
@@ -85,6 +109,8 @@ export class RendezvousCore {
   readonly limits: RendezvousLimits;
   private readonly clients = new Map<CoreConnection, Client>();
   private readonly nameplates = new Map<number, Nameplate>();
+  /** Per source: tokens for claims of unknown nameplates. */
+  private readonly probes = new Map<string, { tokens: number; refilledAt: number }>();
   private readonly now: () => number;
   private readonly random: (n: number) => number;
 
@@ -114,8 +140,8 @@ export class RendezvousCore {
       return;
     }
     this.clients.set(conn, {
-      conn, ip, tokens: this.limits.messageBurst, refilledAt: this.now(), violations: 0,
-      nameplate: undefined, peer: -1, admitted: false, rejected: false,
+      conn, ip, source: sourceOf(ip), tokens: this.limits.messageBurst, refilledAt: this.now(), violations: 0,
+      nameplate: undefined, peer: -1, admitted: false, rejected: false, guessed: false, rejoin: false,
     });
   }
 
@@ -155,8 +181,9 @@ export class RendezvousCore {
       }
       return;
     }
-    // A claimant that leaves before being admitted counts as a failed guess at the code.
-    if (!client.admitted && !client.rejected) this.countFailure(np);
+    // A claimant that leaves after guessing and before being admitted counts as a failed guess;
+    // one that never sent the host anything guessed nothing.
+    if (!client.admitted && !client.rejected && client.guessed) this.countFailure(np, client);
     for (const m of np.members.values()) if (m.peer === HOST_PEER || m.admitted) send(m, { t: 'peer-left', peer: client.peer });
   }
 
@@ -165,12 +192,13 @@ export class RendezvousCore {
       case 'open':
         return this.open(client);
       case 'claim':
-        return this.claim(client, msg.nameplate);
+        return this.claim(client, msg.nameplate, msg.rejoin === true);
       case 'send': {
         const np = this.bound(client);
         const target = np.members.get(msg.to);
         if (target === undefined || target === client) throw new KiwiError('RENDEZVOUS_NO_PEER', `Peer ${msg.to} is not in this session.`);
         this.checkMayTalk(client, target);
+        if (!client.admitted) client.guessed = true;
         send(target, { t: 'from', from: client.peer, body: msg.body });
         return;
       }
@@ -197,7 +225,7 @@ export class RendezvousCore {
           np.members.delete(target.peer);
           send(target, { t: 'error', code: 'PAKE_CONFIRMATION_FAILED', message: 'The host refused the session code.' });
           target.conn.close(CloseCode.REJECTED, 'wrong code');
-          this.countFailure(np);
+          this.countFailure(np, target);
         }
         return;
       }
@@ -212,7 +240,7 @@ export class RendezvousCore {
       throw new KiwiError('RENDEZVOUS_TOO_MANY_SESSIONS', `This address already hosts ${sessions} sessions; close one first.`);
     }
     const id = this.allocateNameplate();
-    const np: Nameplate = { id, hostIp: client.ip, members: new Map([[HOST_PEER, client]]), nextPeer: 1, failures: 0, closed: false };
+    const np: Nameplate = { id, hostIp: client.ip, members: new Map([[HOST_PEER, client]]), nextPeer: 1, failures: 0, failuresBySource: new Map(), closed: false };
     this.nameplates.set(id, np);
     client.nameplate = np;
     client.peer = HOST_PEER;
@@ -220,27 +248,64 @@ export class RendezvousCore {
     send(client, { t: 'opened', nameplate: id, peer: HOST_PEER });
   }
 
-  private claim(client: Client, id: number): void {
+  private claim(client: Client, id: number, rejoin: boolean): void {
     if (client.nameplate !== undefined) throw new KiwiError('RENDEZVOUS_ALREADY_BOUND', 'This connection already belongs to a session.');
     const np = this.nameplates.get(id);
-    if (np === undefined) throw new KiwiError('NAMEPLATE_UNKNOWN', `No session has the number ${id}. Check the code with the host.`);
-    if (np.closed) throw new KiwiError('NAMEPLATE_CLOSED', `Session ${id} takes no more members (too many wrong codes). Ask the host for a new code.`);
-    if (np.members.size >= this.limits.maxPeersPerNameplate || np.nextPeer > 0xffff) {
+    if (np === undefined) {
+      this.takeProbe(client);
+      throw new KiwiError('NAMEPLATE_UNKNOWN', `No session has the number ${id}. Check the code with the host.`);
+    }
+    const l = this.limits;
+    const fromSource = np.failuresBySource.get(client.source) ?? 0;
+    if (!rejoin && fromSource >= l.maxFailedAttempts) {
+      throw new KiwiError('NAMEPLATE_CLOSED', `Session ${id} takes no more members from this address (too many wrong codes). Ask the host for a new code.`);
+    }
+    if (!rejoin && np.closed) throw new KiwiError('NAMEPLATE_CLOSED', `Session ${id} takes no more members (too many wrong codes). Ask the host for a new code.`);
+    if (np.members.size >= l.maxPeersPerNameplate || np.nextPeer > 0xffff) {
       throw new KiwiError('NAMEPLATE_FULL', `Session ${id} is full.`);
     }
-    // Attempts in flight count against the failure budget, so parallel guesses cannot exceed it.
+    // Attempts in flight count against the failure budgets, so parallel guesses cannot exceed them.
     let pending = 0;
-    for (const m of np.members.values()) if (!m.admitted) pending++;
-    if (pending + np.failures >= this.limits.maxFailedAttempts) {
+    let pendingFromSource = 0;
+    for (const m of np.members.values()) {
+      if (m.admitted || m.rejoin) continue;
+      pending++;
+      if (m.source === client.source) pendingFromSource++;
+    }
+    if (pendingFromSource >= l.maxPendingPerSource || (!rejoin && (pendingFromSource + fromSource >= l.maxFailedAttempts || pending + np.failures >= l.maxFailedAttemptsTotal))) {
       throw new KiwiError('NAMEPLATE_BUSY', `Session ${id} has too many attempts in progress; try again in a moment.`);
     }
     const peer = np.nextPeer++;
     client.nameplate = np;
     client.peer = peer;
+    client.rejoin = rejoin;
     np.members.set(peer, client);
     send(client, { t: 'claimed', nameplate: id, peer });
     const host = np.members.get(HOST_PEER);
-    if (host !== undefined) send(host, { t: 'peer-joined', peer });
+    if (host !== undefined) send(host, { t: 'peer-joined', peer, ...(rejoin ? { rejoin: true as const } : {}) });
+  }
+
+  /** Claims of nameplates that do not exist are the enumeration of sessions: a few, then slowly. */
+  private takeProbe(client: Client): void {
+    const l = this.limits;
+    const now = this.now();
+    const b = this.probes.get(client.source) ?? { tokens: l.unknownClaimBurst, refilledAt: now };
+    b.tokens = Math.min(l.unknownClaimBurst, b.tokens + ((now - b.refilledAt) / 60_000) * l.unknownClaimsPerMinute);
+    b.refilledAt = now;
+    if (b.tokens < 1) {
+      this.probes.set(client.source, b);
+      throw new KiwiError('RENDEZVOUS_RATE_LIMITED', 'Too many claims of sessions that do not exist from this address; check the code and try again in a minute.');
+    }
+    b.tokens -= 1;
+    this.probes.set(client.source, b);
+    // Buckets that have refilled carry nothing worth keeping; the map stays bounded against many sources.
+    if (this.probes.size > 10_000) {
+      for (const [k, v] of this.probes) {
+        const full = v.tokens + ((now - v.refilledAt) / 60_000) * l.unknownClaimsPerMinute >= l.unknownClaimBurst;
+        if (full || this.probes.size > 10_000) this.probes.delete(k);
+        if (this.probes.size <= 5_000) break;
+      }
+    }
   }
 
   private relay(client: Client, bytes: Uint8Array): void {
@@ -274,14 +339,15 @@ export class RendezvousCore {
     return client.nameplate;
   }
 
-  private countFailure(np: Nameplate): void {
+  private countFailure(np: Nameplate, client: Client): void {
     np.failures++;
-    if (np.failures < this.limits.maxFailedAttempts || np.closed) return;
+    np.failuresBySource.set(client.source, (np.failuresBySource.get(client.source) ?? 0) + 1);
+    if (np.failures < this.limits.maxFailedAttemptsTotal || np.closed) return;
     np.closed = true;
     for (const m of [...np.members.values()]) {
       if (m.peer === HOST_PEER) {
         send(m, { t: 'nameplate-closed', reason: `${np.failures} failed attempts with a wrong code` });
-      } else if (!m.admitted) {
+      } else if (!m.admitted && !m.rejoin) {
         m.rejected = true;
         np.members.delete(m.peer);
         send(m, { t: 'nameplate-closed', reason: 'too many failed attempts' });
@@ -291,10 +357,10 @@ export class RendezvousCore {
   }
 
   private allocateNameplate(): number {
-    // Short numbers first: a random free one below 100, then below 1000, then any.
-    for (const bound of [99, 999, 9999]) {
+    // Three digits while they last (short to read aloud, too many to enumerate quickly), then four.
+    for (const [low, count] of [[100, 900], [1000, 9000]] as const) {
       for (let i = 0; i < 64; i++) {
-        const id = 1 + this.random(bound);
+        const id = low + this.random(count);
         if (!this.nameplates.has(id)) return id;
       }
     }
@@ -319,6 +385,18 @@ export class RendezvousCore {
     send(client, { t: 'error', code: err.code, message: err.message.slice(0, 500) });
     if (client.violations >= this.limits.maxViolations) client.conn.close(CloseCode.VIOLATIONS, 'too many protocol violations');
   }
+}
+
+/** IPv4 addresses as they are (also IPv4-mapped IPv6); IPv6 by its /64, which one machine usually has whole. */
+export function sourceOf(ip: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped !== null) return mapped[1] as string;
+  if (!ip.includes(':')) return ip;
+  const [head = '', tail = ''] = ip.toLowerCase().split('::');
+  const h = head === '' ? [] : head.split(':');
+  const t = tail === '' ? [] : tail.split(':');
+  const groups = ip.includes('::') ? [...h, ...Array<string>(Math.max(0, 8 - h.length - t.length)).fill('0'), ...t] : h;
+  return `${groups.slice(0, 4).map((g) => g.replace(/^0+(?=.)/, '')).join(':')}::/64`;
 }
 
 function send(client: Client, msg: ServerMessage): void {

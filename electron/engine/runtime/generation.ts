@@ -5,6 +5,7 @@
 import { KiwiError } from '../errors.js';
 import { KvBlockPool } from './kv-pool.js';
 import type { KvReservation } from './kv-pool.js';
+import type { TokenConstraint } from './constrained/token-constraint.js';
 import type { Sampler } from './sampling.js';
 import { StopMatcher } from './stop-matcher.js';
 import type { RequestCaches, StageChain } from './stage-chain.js';
@@ -25,6 +26,11 @@ export interface GenerateParams {
   signal?: AbortSignal;
   /** Each generated id, with the text it added ('' without a decoder). */
   onToken?: (id: number, text: string) => void;
+  /**
+   * Constrained decoding (response_format, forced tool calls): masks each step's logits before
+   * sampling and follows the sampled tokens; the generation ends ('stop') once the grammar is complete.
+   */
+  constraint?: TokenConstraint;
 }
 
 export type FinishReason = 'length' | 'stop';
@@ -86,20 +92,9 @@ export class BatchGenerator {
   }
 
   async generate(p: GenerateParams): Promise<GenerateResult> {
-    if (p.promptIds.length === 0) throw new KiwiError('USAGE', 'the prompt is empty; give at least one token');
-    const context = this.chain.maxPositions;
-    if (p.promptIds.length >= context) {
-      throw new KiwiError(
-        'CONTEXT_EXCEEDED',
-        `the prompt has ${p.promptIds.length} tokens but the context holds ${context}; shorten the prompt`,
-        { promptTokens: p.promptIds.length, contextTokens: context },
-      );
-    }
-    const maxTokens = Math.min(p.maxTokens, context - p.promptIds.length);
-    if ((p.stop ?? []).some((x) => x.length > 0) && p.decoder === undefined) throw new Error('stop sequences need a decoder');
+    const { maxTokens, tokens } = requestLength(p, this.chain.maxPositions);
     // Reserve the request's whole length up front: it can then never run out mid-generation.
     // While it waits for blocks it is counted in waitingForKv; an abort takes it out of the pool's queue.
-    const tokens = p.promptIds.length + maxTokens;
     let reservation = this.pool.tryReserve(tokens);
     if (reservation === undefined) {
       this.kvWaiters++;
@@ -209,19 +204,46 @@ export class BatchGenerator {
 }
 
 /**
+ * The one check of a request against the context, shared by every generation loop (BatchGenerator,
+ * the RingGenerator): a prompt of at least one token that leaves room for one generated token.
+ * Returns the tokens it may generate and the positions it holds in all. Entry points (the API, the
+ * CLI) check their inputs first with their own wording; this is what a direct caller hits.
+ */
+export function requestLength(p: GenerateParams, contextTokens: number): { maxTokens: number; tokens: number } {
+  if (p.promptIds.length === 0) throw new KiwiError('USAGE', 'the prompt is empty; give at least one token');
+  if (p.promptIds.length >= contextTokens) {
+    throw new KiwiError('CONTEXT_EXCEEDED', `the prompt has ${p.promptIds.length} tokens but the context holds ${contextTokens}; shorten the prompt`, {
+      promptTokens: p.promptIds.length,
+      contextTokens,
+    });
+  }
+  if ((p.stop ?? []).some((x) => x.length > 0) && p.decoder === undefined) throw new Error('stop sequences need a decoder');
+  const maxTokens = Math.min(p.maxTokens, contextTokens - p.promptIds.length);
+  return { maxTokens, tokens: p.promptIds.length + maxTokens };
+}
+
+/**
  * Samples a request's next token from its logits and hands it on (decoder, onToken). Returns the
  * finish reason when the request ends here (end of generation, stop sequence, max tokens); else
  * undefined, with the token in `pending` to feed next.
  */
 export function sampleNext(a: RequestProgress, logits: Float32Array): FinishReason | undefined {
-  const id = a.p.sampler.sample(logits, a.history);
+  const constraint = a.p.constraint;
+  let row = logits;
+  if (constraint !== undefined) {
+    row = Float32Array.from(logits); // the step's logits may be shared; the mask writes a copy
+    constraint.maskLogits(row);
+  }
+  const id = a.p.sampler.sample(row, a.history);
   if (a.ids.length === 0) a.ttftMs = performance.now() - a.t0;
   if (a.p.isEndOfGeneration(id)) return 'stop';
+  constraint?.accept(id);
   a.ids.push(id);
   a.history.push(id);
   const piece = a.p.decoder?.push(id) ?? '';
   a.p.onToken?.(id, piece);
   if (a.stop.push(piece)) return 'stop';
+  if (constraint?.finished === true) return 'stop';
   if (a.ids.length >= a.maxTokens) return 'length';
   a.pending = id;
   return undefined;

@@ -1,7 +1,7 @@
 // The messages between a stage session's worker thread (ort-worker.ts) and its client in the
 // calling thread (ort-worker-session.ts). Plain data only, so they cross postMessage; big buffers
 // (K/V caches, hidden states, logits) travel in transfer lists, moved rather than copied.
-import { KiwiError } from '../errors.js';
+import { KiwiError, type KiwiErrorCode } from '../errors.js';
 import { tensorData, tensorOf } from './ort-session.js';
 import type { ExecutionProvider, OrtTensor, SessionFactoryOptions, TensorData } from './ort-session.js';
 
@@ -25,7 +25,8 @@ export type ToWorker =
   | { type: 'close' };
 
 export interface WireError {
-  code: string | undefined;
+  /** A KiwiError's code (the worker runs this same build), undefined for any other error. */
+  code: KiwiErrorCode | undefined;
   message: string;
   details: Record<string, unknown>;
 }
@@ -64,7 +65,7 @@ export function errorToWire(err: unknown): WireError {
 }
 
 /** The caller's side of a worker error: KiwiErrors keep their code, anything else gets `fallback`. */
-export function errorFromWire(e: WireError, fallback: string, prefix: string): KiwiError {
+export function errorFromWire(e: WireError, fallback: KiwiErrorCode, prefix: string): KiwiError {
   if (e.code !== undefined) return new KiwiError(e.code, e.message, e.details);
   return new KiwiError(fallback, `${prefix}: ${e.message}`, e.details);
 }

@@ -21,7 +21,23 @@ export interface SamplingOptions {
   /** How many of the latest tokens the penalties look at. */
   penaltyWindow: number;
   seed: number;
+  /** Added to a token's logit before anything else samples (OpenAI's logit_bias); -100 or less bans it. */
+  logitBias?: ReadonlyMap<number, number>;
+  /** Report the chosen token's log-probability and this many alternatives (0..20) after each sample. */
+  topLogprobs?: number;
+  /** Scoring a given text: the first draws return these ids (their logprobs reported) instead of sampling. */
+  forcedIds?: readonly number[];
 }
+
+/** A sampled token's log-probability under the (biased, penalized) distribution at temperature 1, and the most likely alternatives. */
+export interface TokenLogprobs {
+  id: number;
+  logprob: number;
+  /** Most likely first. */
+  top: Array<{ id: number; logprob: number }>;
+}
+
+export const MAX_TOP_LOGPROBS = 20;
 
 export const DEFAULT_SAMPLING: Readonly<SamplingOptions> = Object.freeze({
   temperature: 0,
@@ -45,6 +61,37 @@ export function validateSampling(o: SamplingOptions): void {
   if (!Number.isFinite(o.presencePenalty) || !Number.isFinite(o.frequencyPenalty)) throw bad('penalties must be finite');
   if (!Number.isInteger(o.penaltyWindow) || o.penaltyWindow < 0) throw bad(`penalty window ${o.penaltyWindow} must be >= 0`);
   if (!Number.isInteger(o.seed)) throw bad(`seed ${o.seed} must be an integer`);
+  if (o.topLogprobs !== undefined && !(Number.isInteger(o.topLogprobs) && o.topLogprobs >= 0 && o.topLogprobs <= MAX_TOP_LOGPROBS)) {
+    throw bad(`top logprobs ${o.topLogprobs} must be an integer in [0, ${MAX_TOP_LOGPROBS}]`);
+  }
+  for (const [id, b] of o.logitBias ?? []) if (!Number.isInteger(id) || id < 0 || !Number.isFinite(b)) throw bad(`logit bias ${id}: ${b}`);
+}
+
+/** Adds OpenAI's logit_bias in place; a bias of -100 or less bans the token outright. */
+export function applyLogitBias(logits: Float32Array, bias: ReadonlyMap<number, number>): void {
+  for (const [id, b] of bias) if (id < logits.length) logits[id] = b <= -100 ? -Infinity : logits[id]! + b;
+}
+
+/** log softmax(logits)[id] for `id` and the `top` most likely ids (ties: lower id first). One pass for the normalizer, one for the top list. */
+export function tokenLogprobs(logits: Float32Array, id: number, top: number): TokenLogprobs {
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) if (logits[i]! > max) max = logits[i]!;
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i]! - max);
+  const logZ = max + Math.log(sum);
+  const best: number[] = []; // ids, most likely first
+  if (top > 0) {
+    for (let i = 0; i < logits.length; i++) {
+      const l = logits[i]!;
+      if (best.length === top && !(l > logits[best[top - 1]!]!)) continue;
+      let j = best.length < top ? best.length : top - 1;
+      while (j > 0 && l > logits[best[j - 1]!]!) j--;
+      best.splice(j, 0, i);
+      if (best.length > top) best.length = top;
+    }
+  }
+  const lp = (i: number): number => Math.max(logits[i]! - logZ, -9999); // -Infinity is not JSON
+  return { id, logprob: lp(id), top: best.map((i) => ({ id: i, logprob: lp(i) })) };
 }
 
 /** xoshiro128** (Blackman & Vigna): small, fast, and the same sequence for the same seed everywhere. */
@@ -199,6 +246,9 @@ function softmax(logits: Float32Array, ids: readonly number[], t: number): numbe
 /** A sampler for one request: options plus its own RNG stream. */
 export class Sampler {
   private readonly rng: Rng;
+  private draws = 0;
+  /** Set by each sample() when options.topLogprobs is given: the log-probabilities of the token it returned. */
+  lastLogprobs: TokenLogprobs | undefined;
 
   constructor(readonly options: SamplingOptions) {
     validateSampling(options);
@@ -209,6 +259,14 @@ export class Sampler {
   sample(logits: Float32Array, history: readonly number[]): number {
     const l = Float32Array.from(logits);
     applyPenalties(l, history, this.options);
+    if (this.options.logitBias !== undefined) applyLogitBias(l, this.options.logitBias);
+    const forced = this.options.forcedIds?.[this.draws++];
+    const id = forced ?? this.draw(l);
+    if (this.options.topLogprobs !== undefined) this.lastLogprobs = tokenLogprobs(l, id, this.options.topLogprobs);
+    return id;
+  }
+
+  private draw(l: Float32Array): number {
     if (this.options.temperature <= 0) return argmax(l);
     const r = this.rng.next();
     const o = this.options;

@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, rm, utimes } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rm, utimes } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -9,6 +9,8 @@ import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ModelShape } from './decoder-shape.js';
 import { ShardCache, modelFingerprint } from './shard-cache.js';
 import { Stage } from './stage.js';
+import { buildStageGraph, stageGraphBuilder } from './stage-graph.js';
+import { loadStageWeights } from './stage-weights.js';
 
 let dir: string;
 let file: GgufFile;
@@ -68,6 +70,29 @@ describe('ShardCache', () => {
     const again = await Stage.open(copied, shape, plan, { cache, threads: 1 });
     expect(again.origin.source).toBe('built');
     await again.dispose();
+  });
+
+  test('a streamed build (Stage.open) writes the bytes of the whole graph stored at once, and keeps no weights in the graph', async () => {
+    const plan = { start: 1, end: 4, head: true };
+    const streamed = new ShardCache(join(dir, 'd'));
+    const stage = await Stage.open(file, shape, plan, { cache: streamed, threads: 1 });
+    await stage.dispose();
+    const whole = new ShardCache(join(dir, 'e'));
+    const key = { model: await modelFingerprint(file), ...plan, accuracyLevel: 4, maxPositions: shape.maxPositions, provider: stage.provider };
+    const graph = buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel: 4 });
+    const wholeModel = await whole.store(key, file.path, graph);
+    const streamedModel = await streamed.lookup(key, file.path);
+    expect(streamedModel).toBeDefined();
+    expect(await readFile(join(streamedModel!, '..', 'weights.bin'))).toEqual(await readFile(join(wholeModel, '..', 'weights.bin')));
+    expect(await readFile(streamedModel!)).toEqual(await readFile(wholeModel));
+    // A spilling builder drops each large initializer's bytes once written.
+    let spilled = 0;
+    const b = stageGraphBuilder(shape, plan, { accuracyLevel: 4 }, { spill: (bytes) => ({ offset: (spilled += bytes.byteLength), length: bytes.byteLength }) });
+    const w = await loadStageWeights(file, shape, plan);
+    for (const lw of w.layers) b.addLayer(lw);
+    const g = b.finish(w.head);
+    expect(spilled).toBeGreaterThan(0);
+    expect(g.initializers.filter((i) => i.bytes.byteLength >= 1024)).toEqual([]);
   });
 
   test('the model fingerprint is a sha256 of the header and stable across opens', async () => {

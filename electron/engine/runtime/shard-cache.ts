@@ -3,14 +3,15 @@
 // and provider, so the second start of the same shard skips reading, repacking and encoding.
 // Invariant: an entry directory appears only complete (written aside, then renamed).
 import { createHash } from 'node:crypto';
+import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
 import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
-import { encodeModel } from './onnx/onnx-graph.js';
-import type { GraphBuilder } from './onnx/onnx-graph.js';
+import { alignExternal, encodeModel } from './onnx/onnx-graph.js';
+import type { GraphBuilder, GraphBuilderOptions } from './onnx/onnx-graph.js';
 
 /** Bumped whenever the graph or weight layout changes, so old entries are not reused. */
-const FORMAT_VERSION = 2;
+const FORMAT_VERSION = 4; // 3: the head has the hidden_norm output (embeddings); 4: Q4_K as MatMulNBits + block offsets
 const MODEL_FILE = 'model.onnx';
 const WEIGHTS_FILE = 'weights.bin';
 const MANIFEST_FILE = 'manifest.json';
@@ -78,19 +79,40 @@ export class ShardCache {
 
   /** Writes the graph and its weights as an entry for `key`; returns its model.onnx path. */
   async store(key: ShardKey, sourcePath: string, graph: GraphBuilder): Promise<string> {
+    return this.build(key, sourcePath, () => Promise.resolve(graph));
+  }
+
+  /**
+   * Builds an entry for `key` by streaming: `make` gets a spill function for its GraphBuilder
+   * (GraphBuilderOptions.spill), which writes each large initializer into the entry's weights file
+   * as it is added, so no more than the initializers in flight are held in memory. Returns the
+   * entry's model.onnx path.
+   */
+  async build(key: ShardKey, sourcePath: string, make: (spill: NonNullable<GraphBuilderOptions['spill']>) => Promise<GraphBuilder>): Promise<string> {
     await mkdir(this.dir, { recursive: true });
     const name = keyDir(key);
     const entry = join(this.dir, name);
     const tmp = join(this.dir, `${name}.tmp-${process.pid}-${Date.now()}`);
     await mkdir(tmp, { recursive: true });
     try {
-      const encoded = encodeModel(graph, { externalDataFile: WEIGHTS_FILE });
-      const fh = await open(join(tmp, WEIGHTS_FILE), 'w');
+      const fd = openSync(join(tmp, WEIGHTS_FILE), 'w');
+      let encoded: ReturnType<typeof encodeModel>;
       try {
-        for (const { offset, bytes } of encoded.external) await fh.write(bytes, 0, bytes.byteLength, offset);
-        await fh.truncate(encoded.externalBytes);
+        let end = 0;
+        const spill = (bytes: Uint8Array): { offset: number; length: number } => {
+          const offset = alignExternal(end);
+          for (let done = 0; done < bytes.byteLength; ) done += writeSync(fd, bytes, done, bytes.byteLength - done, offset + done);
+          end = offset + bytes.byteLength;
+          return { offset, length: bytes.byteLength };
+        };
+        const graph = await make(spill);
+        encoded = encodeModel(graph, { externalDataFile: WEIGHTS_FILE });
+        for (const { offset, bytes } of encoded.external) {
+          for (let done = 0; done < bytes.byteLength; ) done += writeSync(fd, bytes, done, bytes.byteLength - done, offset + done);
+        }
+        ftruncateSync(fd, encoded.externalBytes);
       } finally {
-        await fh.close();
+        closeSync(fd);
       }
       await writeFile(join(tmp, MODEL_FILE), encoded.model);
       const manifest: Manifest = {

@@ -4,6 +4,8 @@
 // dequantized on demand, so the table stays compact). Pure: takes the decoder shape and
 // already-converted weights, returns a GraphBuilder. Read the forward pass top to bottom.
 import { GraphBuilder, MS_DOMAIN, f32Bytes } from './onnx/onnx-graph.js';
+import type { ElemType, GraphBuilderOptions } from './onnx/onnx-graph.js';
+import { f32ToF16Bits } from '../model/gguf/quant/half.js';
 import { ropeCaches } from './rope.js';
 import { linearToF32 } from './weights/repack.js';
 import { KiwiError } from '../errors.js';
@@ -38,8 +40,12 @@ export type LinearWeight =
       b: Uint8Array;
       /** [n * k / blockSize] f32 */
       scales: Float32Array;
-      /** [n * k / blockSize] f32 (float zero points); absent = implied 8 / 128. */
-      zeroPoints?: Float32Array;
+      /**
+       * [n * k / blockSize] f32 per-block offsets (Q4_K's mins): w = scale * (u - 8 or 128) + offset.
+       * The graph adds MatMul(blockSums(x), offsets) to a MatMulNBits without zero points, which
+       * onnxruntime prepacks (float zero points are not prepacked: ~40x slower decode).
+       */
+      blockOffsets?: Float32Array;
     };
 
 export interface LayerWeights {
@@ -70,6 +76,35 @@ export interface StageWeights {
 export interface StageGraphOptions {
   /** MatMulNBits accuracy_level: 0 = activations stay f32 (exact mode), 4 = int8 activations (faster). */
   accuracyLevel: 0 | 4;
+  /**
+   * Precision inside the stage: fp16 keeps activations, norms, rope caches, scales and the KV
+   * cache (past/present inputs and outputs) in fp16, with a Cast at hidden_in and at
+   * hidden_out/logits/hidden_norm, so what crosses to the next stage stays f32 (the link policy
+   * then encodes it). Default fp32; stagePrecisionFor() picks per execution provider.
+   */
+  precision?: StagePrecision;
+}
+
+export type StagePrecision = 'fp32' | 'fp16';
+
+/**
+ * fp16 for the GPU providers (onnxruntime's CUDA GroupQueryAttention wants fp16), fp32 on the CPU:
+ * the CPU provider runs the fp16 graph (fp16-cpu-kernels.test.ts, stage-graph-fp16.test.ts) but its
+ * fp16 MatMulNBits/GQA kernels are not faster there, and fp32 keeps the same tokens as llama.cpp.
+ */
+export function stagePrecisionFor(provider: 'cuda' | 'dml' | 'cpu'): StagePrecision {
+  return provider === 'cpu' ? 'fp32' : 'fp16';
+}
+
+/** ONNX TensorProto data types for Cast's `to`. */
+const ONNX_FLOAT = 1;
+const ONNX_FLOAT16 = 10;
+
+/** IEEE half bytes (little endian) of `a`, rounded to nearest. */
+export function f16Bytes(a: Float32Array): Uint8Array {
+  const h = new Uint16Array(a.length);
+  for (let i = 0; i < a.length; i++) h[i] = f32ToF16Bits(a[i]!);
+  return new Uint8Array(h.buffer);
 }
 
 /** Names of the stage graph's inputs and outputs (the stage runner's contract). */
@@ -83,6 +118,7 @@ export const IO = {
   presentValue: (layer: number) => `present_value.${layer}`,
   hiddenOut: 'hidden_out', // [batch, seq, hidden] f32
   logits: 'logits', // [batch, 1, vocab] f32: last position only
+  hiddenNorm: 'hidden_norm', // [batch, seq, hidden] f32: the head's final norm of every position (embeddings), fetched only on request
 } as const;
 
 /**
@@ -100,18 +136,43 @@ export function attentionHeadDim(shape: Pick<DecoderShape, 'headDim' | 'ropeInte
 }
 
 export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: StageGraphOptions): GraphBuilder {
-  const g = new GraphBuilder(`stage_${w.start}_${w.end}`);
+  const b = stageGraphBuilder(shape, w, opts);
+  for (const lw of w.layers) b.addLayer(lw);
+  return b.finish(w.head);
+}
+
+/**
+ * The same graph built one layer at a time: addLayer for layers start, start+1, ... end-1 in order,
+ * then finish (with the head's weights when the stage has the head). With a spilling builder
+ * (`builder.spill`) each layer's weights go to disk as they are added, so a caller that loads one
+ * layer at a time holds one layer's weights, not the stage's.
+ */
+export function stageGraphBuilder(
+  shape: DecoderShape,
+  range: { start: number; end: number },
+  opts: StageGraphOptions,
+  builder: GraphBuilderOptions = {},
+): { graph: GraphBuilder; addLayer(lw: LayerWeights): void; finish(head: StageWeights['head']): GraphBuilder } {
+  const w = { start: range.start, end: range.end };
+  const g = new GraphBuilder(`stage_${w.start}_${w.end}`, builder);
+  let added = 0;
   const { hidden, heads, kvHeads } = shape;
   const headDim = attentionHeadDim(shape); // as seen by attention (padded)
   const eps = { float: shape.rmsEps };
+  // fp16: every float inside the stage (activations, weights kept as floats, KV cache) is half.
+  const fp16 = opts.precision === 'fp16';
+  const ft: ElemType = fp16 ? 'float16' : 'float32';
+  const fb = (a: Float32Array): Uint8Array => (fp16 ? f16Bytes(a) : f32Bytes(a));
+  const toF32 = (t: string): string => (fp16 ? g.op('Cast', [t], { attrs: { to: ONNX_FLOAT } }) : t);
 
   // Stage input: embedded tokens (first stage) or the previous stage's hidden states.
   let x = g.input(IO.hiddenIn, 'float32', ['batch', 'seq', hidden]); // [batch, seq, hidden] f32
+  if (fp16) x = g.op('Cast', [x], { attrs: { to: ONNX_FLOAT16 }, hint: 'hidden_in_f16' }); // the wire stays f32
   const seqlensK = g.input(IO.seqlensK, 'int32', ['batch']);
   const totalSeqLen = g.input(IO.totalSeqLen, 'int32', []);
   const rope = ropeCaches(shape.rope, shape.maxPositions, headDim / 2);
-  const cos = g.initializer('rope_cos', 'float32', [shape.maxPositions, headDim / 2], f32Bytes(rope.cos));
-  const sin = g.initializer('rope_sin', 'float32', [shape.maxPositions, headDim / 2], f32Bytes(rope.sin));
+  const cos = g.initializer('rope_cos', ft, [shape.maxPositions, headDim / 2], fb(rope.cos));
+  const sin = g.initializer('rope_sin', ft, [shape.maxPositions, headDim / 2], fb(rope.sin));
   const padHeads = (lw: LinearWeight, h: number) => padRows(lw, h, shape.headDim, headDim);
   const padBias = (b: Float32Array | undefined, h: number) => (b === undefined ? undefined : padVector(b, h, shape.headDim, headDim));
 
@@ -121,9 +182,9 @@ export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: Stag
   // a stage starting at layer L > 0 receives x + branch already summed (the same f32 add), so it
   // runs the same kernel with a zero branch: x + 0 is exact and the norm sees the same values.
   let branch: string | undefined =
-    w.start > 0 ? g.op('ConstantOfShape', [g.op('Shape', [x])], { hint: 'zero_branch' }) : undefined; // [batch, seq, hidden] zeros
+    w.start > 0 ? castIf(g, g.op('ConstantOfShape', [g.op('Shape', [x])], { hint: 'zero_branch' }), fp16) : undefined; // [batch, seq, hidden] zeros
   const rmsNorm = (weight: Float32Array, name: string): string => {
-    const gamma = g.initializer(name, 'float32', [hidden], f32Bytes(weight));
+    const gamma = g.initializer(name, ft, [hidden], fb(weight));
     if (branch === undefined) {
       return g.op('SimplifiedLayerNormalization', [x, gamma], { attrs: { axis: -1, epsilon: eps }, hint: name });
     }
@@ -143,36 +204,24 @@ export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: Stag
       // MatMul wants [k, n]: transpose GGUF's [n, k] once here.
       const t = new Float32Array(lw.n * lw.k);
       for (let r = 0; r < lw.n; r++) for (let c = 0; c < lw.k; c++) t[c * lw.n + r] = lw.weight[r * lw.k + c]!;
-      y = g.op('MatMul', [input, g.initializer(name, 'float32', [lw.k, lw.n], f32Bytes(t))], { hint: name });
+      y = g.op('MatMul', [input, g.initializer(name, ft, [lw.k, lw.n], fb(t))], { hint: name });
     } else {
-      const blocks = lw.k / lw.blockSize;
-      const inputs = [
-        input,
-        g.initializer(`${name}.B`, 'uint8', [lw.n, blocks, (lw.blockSize * lw.bits) / 8], lw.b),
-        g.initializer(`${name}.scales`, 'float32', [lw.n * blocks], f32Bytes(lw.scales)),
-      ];
-      if (lw.zeroPoints !== undefined) {
-        inputs.push(g.initializer(`${name}.zp`, 'float32', [lw.n * blocks], f32Bytes(lw.zeroPoints)));
-      }
-      y = g.op('MatMulNBits', inputs, {
-        domain: MS_DOMAIN,
-        attrs: { K: lw.k, N: lw.n, bits: lw.bits, block_size: lw.blockSize, accuracy_level: opts.accuracyLevel },
-        hint: name,
-      });
+      y = nbitsLinear(g, input, lw, name, opts.accuracyLevel, fp16);
     }
-    if (bias !== undefined) y = g.op('Add', [y, g.initializer(`${name}.bias`, 'float32', [lw.n], f32Bytes(bias))]);
+    if (bias !== undefined) y = g.op('Add', [y, g.initializer(`${name}.bias`, ft, [lw.n], fb(bias))]);
     return y;
   };
   // qwen3: RMSNorm over each head's vector. [batch, seq, h*headDim] -> same shape.
   const headNorm = (t: string, h: number, weight: Float32Array, name: string): string => {
     const split = g.op('Reshape', [t, g.int64s(`${name}.shape4`, [0, 0, h, headDim])]); // [batch, seq, h, headDim]
-    const gamma = g.initializer(name, 'float32', [headDim], f32Bytes(weight));
+    const gamma = g.initializer(name, ft, [headDim], fb(weight));
     const normed = g.op('SimplifiedLayerNormalization', [split, gamma], { attrs: { axis: -1, epsilon: eps } });
     return g.op('Reshape', [normed, g.int64s(`${name}.shape3`, [0, 0, h * headDim])]); // [batch, seq, h*headDim]
   };
 
-  w.layers.forEach((lw, i) => {
-    const L = w.start + i;
+  const addLayer = (lw: LayerWeights): void => {
+    const L = w.start + added++;
+    if (L >= w.end) throw new Error(`stage graph ${w.start}-${w.end}: more layers than the range`);
     const p = `blk.${L}`;
     // --- attention ---
     const xn = rmsNorm(lw.attnNorm, `${p}.attn_norm`); // [batch, seq, hidden]
@@ -184,8 +233,8 @@ export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: Stag
     }
     if (lw.qNorm !== undefined) q = headNorm(q, heads, lw.qNorm, `${p}.attn_q_norm`);
     if (lw.kNorm !== undefined) k = headNorm(k, kvHeads, lw.kNorm, `${p}.attn_k_norm`);
-    const pastK = g.input(IO.pastKey(L), 'float32', ['batch', kvHeads, 'past', headDim]);
-    const pastV = g.input(IO.pastValue(L), 'float32', ['batch', kvHeads, 'past', headDim]);
+    const pastK = g.input(IO.pastKey(L), ft, ['batch', kvHeads, 'past', headDim]);
+    const pastV = g.input(IO.pastValue(L), ft, ['batch', kvHeads, 'past', headDim]);
     // GQA applies rope to q and k (positions from seqlens_k), appends k/v to the cache, attends causally.
     const [attn] = g.node('GroupQueryAttention', [q, k, v, pastK, pastV, seqlensK, totalSeqLen, cos, sin], {
       domain: MS_DOMAIN,
@@ -199,8 +248,8 @@ export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: Stag
       outputs: [`${p}.attn`, IO.presentKey(L), IO.presentValue(L)],
       hint: `${p}.gqa`,
     }); // attn [batch, seq, heads*headDim]; present [batch, kvHeads, total, headDim]
-    g.output(IO.presentKey(L), 'float32', ['batch', kvHeads, 'total', headDim]);
-    g.output(IO.presentValue(L), 'float32', ['batch', kvHeads, 'total', headDim]);
+    g.output(IO.presentKey(L), ft, ['batch', kvHeads, 'total', headDim]);
+    g.output(IO.presentValue(L), ft, ['batch', kvHeads, 'total', headDim]);
     branch = linear(attn as string, padColumns(lw.o, heads, shape.headDim, headDim), `${p}.attn_output`); // [batch, seq, hidden]
     // --- feed-forward (SwiGLU) ---
     const hn = rmsNorm(lw.ffnNorm, `${p}.ffn_norm`); // [batch, seq, hidden]
@@ -208,23 +257,62 @@ export function buildStageGraph(shape: DecoderShape, w: StageWeights, opts: Stag
     const up = linear(hn, lw.up, `${p}.ffn_up`); // [batch, seq, ffn]
     const silu = g.op('Mul', [gate, g.op('Sigmoid', [gate])]); // [batch, seq, ffn]
     branch = linear(g.op('Mul', [silu, up]), lw.down, `${p}.ffn_down`); // [batch, seq, hidden]
-  });
+  };
 
-  if (w.head !== undefined) {
-    // Only the last position is sampled: slice before the (expensive) vocab projection.
-    const last = (t: string, name: string): string =>
-      g.op('Slice', [t, g.int64s(`${name}.starts`, [-1]), g.int64s(`${name}.ends`, [2 ** 31 - 1]), g.int64s(`${name}.axes`, [1])]);
-    x = last(x, 'last_x'); // [batch, 1, hidden]
-    if (branch !== undefined) branch = last(branch, 'last_branch'); // [batch, 1, hidden]
-    const xn = rmsNorm(w.head.norm, 'output_norm'); // [batch, 1, hidden]
-    nameOutput(g, linear(xn, w.head.output, 'output'), IO.logits); // [batch, 1, vocab]
-    g.output(IO.logits, 'float32', ['batch', 1, shape.vocab]);
-  } else {
-    const out = branch !== undefined ? g.op('Add', [x, branch]) : x; // [batch, seq, hidden]
-    nameOutput(g, out, IO.hiddenOut);
-    g.output(IO.hiddenOut, 'float32', ['batch', 'seq', hidden]);
+  const finish = (head: StageWeights['head']): GraphBuilder => {
+    if (w.start + added !== w.end) throw new Error(`stage graph ${w.start}-${w.end}: ${added} layers added`);
+    if (head !== undefined) {
+      // Embeddings pool the final norm of every position (llama.cpp's --embeddings): a side output
+      // the generation loop never fetches.
+      const full = branch !== undefined ? g.op('Add', [x, branch]) : x; // [batch, seq, hidden]
+      const gammaAll = g.initializer('output_norm_all', ft, [hidden], fb(head.norm));
+      nameOutput(g, toF32(g.op('SimplifiedLayerNormalization', [full, gammaAll], { attrs: { axis: -1, epsilon: eps }, hint: 'output_norm_all' })), IO.hiddenNorm);
+      g.output(IO.hiddenNorm, 'float32', ['batch', 'seq', hidden]);
+      // Only the last position is sampled: slice before the (expensive) vocab projection.
+      const last = (t: string, name: string): string =>
+        g.op('Slice', [t, g.int64s(`${name}.starts`, [-1]), g.int64s(`${name}.ends`, [2 ** 31 - 1]), g.int64s(`${name}.axes`, [1])]);
+      x = last(x, 'last_x'); // [batch, 1, hidden]
+      if (branch !== undefined) branch = last(branch, 'last_branch'); // [batch, 1, hidden]
+      const xn = rmsNorm(head.norm, 'output_norm'); // [batch, 1, hidden]
+      nameOutput(g, toF32(linear(xn, head.output, 'output')), IO.logits); // [batch, 1, vocab]
+      g.output(IO.logits, 'float32', ['batch', 1, shape.vocab]);
+    } else {
+      const out = branch !== undefined ? g.op('Add', [x, branch]) : x; // [batch, seq, hidden]
+      nameOutput(g, toF32(out), IO.hiddenOut);
+      g.output(IO.hiddenOut, 'float32', ['batch', 'seq', hidden]);
+    }
+    return g;
+  };
+  return { graph: g, addLayer, finish };
+}
+
+/**
+ * A MatMulNBits linear [.., k] -> [.., n] (input rank 3: [batch, seq, k]), plus the block-offset
+ * term when the weight has one: y += blockSums(x) . offsets, where x is reshaped to
+ * [batch, seq, blocks, blockSize] and summed over the last axis; offsets are transposed to [blocks, n].
+ */
+export function nbitsLinear(g: GraphBuilder, input: string, lw: Extract<LinearWeight, { kind: 'nbits' }>, name: string, accuracyLevel: 0 | 4, fp16: boolean): string {
+  const ft: ElemType = fp16 ? 'float16' : 'float32';
+  const fb = (a: Float32Array): Uint8Array => (fp16 ? f16Bytes(a) : f32Bytes(a));
+  const blocks = lw.k / lw.blockSize;
+  const inputs = [
+    input,
+    g.initializer(`${name}.B`, 'uint8', [lw.n, blocks, (lw.blockSize * lw.bits) / 8], lw.b),
+    g.initializer(`${name}.scales`, ft, [lw.n * blocks], fb(lw.scales)),
+  ];
+  let y = g.op('MatMulNBits', inputs, {
+    domain: MS_DOMAIN,
+    attrs: { K: lw.k, N: lw.n, bits: lw.bits, block_size: lw.blockSize, accuracy_level: accuracyLevel },
+    hint: name,
+  });
+  if (lw.blockOffsets !== undefined) {
+    const off = new Float32Array(lw.n * blocks);
+    for (let r = 0; r < lw.n; r++) for (let c = 0; c < blocks; c++) off[c * lw.n + r] = lw.blockOffsets[r * blocks + c]!;
+    const split = g.op('Reshape', [input, g.int64s(`${name}.blk_shape`, [0, 0, blocks, lw.blockSize])]); // [batch, seq, blocks, blockSize]
+    const sums = g.op('ReduceSum', [split, g.int64s(`${name}.blk_axis`, [-1])], { attrs: { keepdims: 0 }, hint: `${name}.blk_sums` }); // [batch, seq, blocks]
+    y = g.op('Add', [y, g.op('MatMul', [sums, g.initializer(`${name}.offsets`, ft, [blocks, lw.n], fb(off))])]); // [batch, seq, n]
   }
-  return g;
+  return y;
 }
 
 /** Inserts zero rows so each of `h` heads of `from` rows becomes `to` rows. */
@@ -252,6 +340,11 @@ function padVector(v: Float32Array, h: number, from: number, to: number): Float3
   const out = new Float32Array(h * to);
   for (let i = 0; i < h; i++) out.set(v.subarray(i * from, (i + 1) * from), i * to);
   return out;
+}
+
+/** `t` cast to fp16 when `fp16` (ConstantOfShape's zeros are f32). */
+function castIf(g: GraphBuilder, t: string, fp16: boolean): string {
+  return fp16 ? g.op('Cast', [t], { attrs: { to: ONNX_FLOAT16 } }) : t;
 }
 
 /** Names a computed value as a graph output (Identity keeps the builder's naming simple). */

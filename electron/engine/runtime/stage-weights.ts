@@ -17,66 +17,80 @@ export interface StagePlan extends LayerRange {
 }
 
 export async function loadStageWeights(file: GgufFile, shape: DecoderShape, plan: StagePlan): Promise<StageWeights> {
-  const reader = await openTensorReader(file);
+  const source = await openStageWeights(file, shape);
   try {
-    const tensor = (name: string): GgufTensorInfo => {
-      const t = file.tensor(name);
-      if (t === undefined) throw new KiwiError('MODEL_UNSUPPORTED', `tensor '${name}' is missing from ${file.path}`, { tensor: name });
-      return t;
-    };
-    const vector = async (name: string, length: number): Promise<Float32Array> => {
-      const t = tensor(name);
-      if (t.dims.reduce((a, b) => a * b, 1) !== length) {
-        throw new KiwiError('GGUF_INVALID', `tensor '${name}' has shape [${t.dims.join(', ')}], expected ${length} elements`);
-      }
-      return toF32(t, await reader.read(t));
-    };
-    const optionalVector = async (name: string, length: number) => (file.tensor(name) !== undefined ? vector(name, length) : undefined);
-    const matrix = async (name: string, n: number, k: number): Promise<LinearWeight> => {
-      const t = tensor(name);
-      if (t.dims.length !== 2 || t.dims[0] !== k || t.dims[1] !== n) {
-        throw new KiwiError('GGUF_INVALID', `tensor '${name}' has shape [${t.dims.join(', ')}], expected [${k}, ${n}]`);
-      }
-      return toLinear(t, await reader.read(t), n, k);
-    };
-
-    const { hidden, heads, kvHeads, headDim, vocab } = shape;
     const out: StageWeights = { start: plan.start, end: plan.end, layers: [] };
-    for (let L = plan.start; L < plan.end; L++) {
-      const p = `blk.${L}`;
-      const ffn = tensor(`${p}.ffn_gate.weight`).dims[1] ?? 0;
-      const layer: LayerWeights = {
-        attnNorm: await vector(`${p}.attn_norm.weight`, hidden),
-        q: await matrix(`${p}.attn_q.weight`, heads * headDim, hidden),
-        k: await matrix(`${p}.attn_k.weight`, kvHeads * headDim, hidden),
-        v: await matrix(`${p}.attn_v.weight`, kvHeads * headDim, hidden),
-        o: await matrix(`${p}.attn_output.weight`, hidden, heads * headDim),
-        ffnNorm: await vector(`${p}.ffn_norm.weight`, hidden),
-        gate: await matrix(`${p}.ffn_gate.weight`, ffn, hidden),
-        up: await matrix(`${p}.ffn_up.weight`, ffn, hidden),
-        down: await matrix(`${p}.ffn_down.weight`, hidden, ffn),
-      };
-      const qBias = await optionalVector(`${p}.attn_q.bias`, heads * headDim);
-      const kBias = await optionalVector(`${p}.attn_k.bias`, kvHeads * headDim);
-      const vBias = await optionalVector(`${p}.attn_v.bias`, kvHeads * headDim);
-      const qNorm = await optionalVector(`${p}.attn_q_norm.weight`, headDim);
-      const kNorm = await optionalVector(`${p}.attn_k_norm.weight`, headDim);
-      if (qBias) layer.qBias = qBias;
-      if (kBias) layer.kBias = kBias;
-      if (vBias) layer.vBias = vBias;
-      if (qNorm) layer.qNorm = qNorm;
-      if (kNorm) layer.kNorm = kNorm;
-      out.layers.push(layer);
-    }
-    if (plan.head) {
-      // Tied embeddings: llama.cpp uses token_embd.weight when output.weight is absent.
-      const outputName = file.tensor('output.weight') !== undefined ? 'output.weight' : 'token_embd.weight';
-      out.head = { norm: await vector('output_norm.weight', hidden), output: await matrix(outputName, vocab, hidden) };
-    }
+    for (let L = plan.start; L < plan.end; L++) out.layers.push(await source.layer(L));
+    if (plan.head) out.head = await source.head();
     return out;
   } finally {
-    await reader.close();
+    await source.close();
   }
+}
+
+/** The stage's weights one layer at a time (so a streaming build holds one layer, not the range). */
+export interface StageWeightSource {
+  layer(L: number): Promise<LayerWeights>;
+  head(): Promise<NonNullable<StageWeights['head']>>;
+  close(): Promise<void>;
+}
+
+export async function openStageWeights(file: GgufFile, shape: DecoderShape): Promise<StageWeightSource> {
+  const reader = await openTensorReader(file);
+  const tensor = (name: string): GgufTensorInfo => {
+    const t = file.tensor(name);
+    if (t === undefined) throw new KiwiError('MODEL_UNSUPPORTED', `tensor '${name}' is missing from ${file.path}`, { tensor: name });
+    return t;
+  };
+  const vector = async (name: string, length: number): Promise<Float32Array> => {
+    const t = tensor(name);
+    if (t.dims.reduce((a, b) => a * b, 1) !== length) {
+      throw new KiwiError('GGUF_INVALID', `tensor '${name}' has shape [${t.dims.join(', ')}], expected ${length} elements`);
+    }
+    return toF32(t, await reader.read(t));
+  };
+  const optionalVector = async (name: string, length: number) => (file.tensor(name) !== undefined ? vector(name, length) : undefined);
+  const matrix = async (name: string, n: number, k: number): Promise<LinearWeight> => {
+    const t = tensor(name);
+    if (t.dims.length !== 2 || t.dims[0] !== k || t.dims[1] !== n) {
+      throw new KiwiError('GGUF_INVALID', `tensor '${name}' has shape [${t.dims.join(', ')}], expected [${k}, ${n}]`);
+    }
+    return toLinear(t, await reader.read(t), n, k);
+  };
+
+  const { hidden, heads, kvHeads, headDim, vocab } = shape;
+  const layer = async (L: number): Promise<LayerWeights> => {
+    const p = `blk.${L}`;
+    const ffn = tensor(`${p}.ffn_gate.weight`).dims[1] ?? 0;
+    const weights: LayerWeights = {
+      attnNorm: await vector(`${p}.attn_norm.weight`, hidden),
+      q: await matrix(`${p}.attn_q.weight`, heads * headDim, hidden),
+      k: await matrix(`${p}.attn_k.weight`, kvHeads * headDim, hidden),
+      v: await matrix(`${p}.attn_v.weight`, kvHeads * headDim, hidden),
+      o: await matrix(`${p}.attn_output.weight`, hidden, heads * headDim),
+      ffnNorm: await vector(`${p}.ffn_norm.weight`, hidden),
+      gate: await matrix(`${p}.ffn_gate.weight`, ffn, hidden),
+      up: await matrix(`${p}.ffn_up.weight`, ffn, hidden),
+      down: await matrix(`${p}.ffn_down.weight`, hidden, ffn),
+    };
+    const qBias = await optionalVector(`${p}.attn_q.bias`, heads * headDim);
+    const kBias = await optionalVector(`${p}.attn_k.bias`, kvHeads * headDim);
+    const vBias = await optionalVector(`${p}.attn_v.bias`, kvHeads * headDim);
+    const qNorm = await optionalVector(`${p}.attn_q_norm.weight`, headDim);
+    const kNorm = await optionalVector(`${p}.attn_k_norm.weight`, headDim);
+    if (qBias) weights.qBias = qBias;
+    if (kBias) weights.kBias = kBias;
+    if (vBias) weights.vBias = vBias;
+    if (qNorm) weights.qNorm = qNorm;
+    if (kNorm) weights.kNorm = kNorm;
+    return weights;
+  };
+  const head = async (): Promise<NonNullable<StageWeights['head']>> => {
+    // Tied embeddings: llama.cpp uses token_embd.weight when output.weight is absent.
+    const outputName = file.tensor('output.weight') !== undefined ? 'output.weight' : 'token_embd.weight';
+    return { norm: await vector('output_norm.weight', hidden), output: await matrix(outputName, vocab, hidden) };
+  };
+  return { layer, head, close: () => reader.close() };
 }
 
 /** Reads the Llama 3 rope frequency factors, if the model has them. */

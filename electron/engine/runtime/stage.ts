@@ -4,15 +4,17 @@
 // caller; forward() appends to it. Stage.open builds the graph or takes it from the shard cache.
 // The onnxruntime session runs on a worker thread by default (ort-worker-session.ts): the K/V
 // buffers move there for each run and come back, so a cache's arrays are replaced by every forward.
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { KiwiError } from '../errors.js';
 import { availableProviders, createStageSession, f32Tensor, i32Tensor, tensorF32 } from './ort-session.js';
 import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from './ort-session.js';
 import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js';
-import { IO, attentionHeadDim, buildStageGraph } from './stage-graph.js';
+import { IO, attentionHeadDim, buildStageGraph, stageGraphBuilder } from './stage-graph.js';
 import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
 import { encodeModel } from './onnx/onnx-graph.js';
-import { loadStageWeights } from './stage-weights.js';
+import { loadStageWeights, openStageWeights } from './stage-weights.js';
 import type { StagePlan } from './stage-weights.js';
 import { EmbeddingTable } from './embedding.js';
 import { modelFingerprint } from './shard-cache.js';
@@ -65,7 +67,10 @@ export type StageInput =
   | { kind: 'hidden'; hidden: Float32Array /* [batch, seq, hidden] */; batch: number; seq: number };
 
 /** hidden states [batch, seq, hidden] for the next stage, or logits [batch, vocab] (last position) from the head. */
-export type StageOutput = { kind: 'hidden'; hidden: Float32Array } | { kind: 'logits'; logits: Float32Array };
+export type StageOutput =
+  | { kind: 'hidden'; hidden: Float32Array }
+  /** hiddenNorm [batch, seq, hidden]: the final norm of every position, when forward() was asked for it. */
+  | { kind: 'logits'; logits: Float32Array; hiddenNorm?: Float32Array };
 
 export class Stage {
   private constructor(
@@ -101,6 +106,10 @@ export class Stage {
       throw err;
     }
     const { model, embedding, source, buildMs } = prepared;
+    // What the build (or the cache lookup) dropped is garbage now, but V8 collects it at its own
+    // pace: without this it stays resident while onnxruntime packs the weights (bench/memory.ts:
+    // the load peak of a 1B Q4_0 built in the process was 1.37x the packed size, 1.13x with it).
+    collectGarbage();
     const t1 = performance.now();
     const session = worker !== undefined ? await worker.create(model, sessionOpts) : await createStageSession(model, sessionOpts);
     const stage = new Stage(plan, shape, session, embedding, { source, buildMs, sessionMs: 0 });
@@ -161,18 +170,19 @@ export class Stage {
    * Runs the stage for `input.batch` rows; row b continues `caches[b]`. Several rows need
    * seq == 1 (batched decode); prefill runs one request at a time.
    */
-  async forward(input: StageInput, caches: KvCache[]): Promise<StageOutput> {
+  async forward(input: StageInput, caches: KvCache[], opts: { hiddenNorm?: boolean } = {}): Promise<StageOutput> {
     const { batch, seq } = input;
     if (caches.length !== batch) throw new Error(`forward: ${caches.length} caches for batch ${batch}`);
     if (batch > 1 && seq !== 1) throw new Error('forward: batched rows must each add one token');
     if (input.kind === 'ids' && this.embedding === undefined) throw new Error('forward: token ids given to a stage without the embedding');
     if (input.kind === 'hidden' && this.plan.start === 0) throw new Error('forward: hidden states given to the first stage');
     const x = input.kind === 'ids' ? this.embedding!.lookup(input.ids) : input.hidden; // [batch, seq, hidden]
-    return this.run(x, caches, batch, seq);
+    if (opts.hiddenNorm === true && !this.plan.head) throw new Error('forward: only the head has the final norm');
+    return this.run(x, caches, batch, seq, opts.hiddenNorm === true);
   }
 
   /** The session run: x [batch, seq, hidden] f32 after the embedding. */
-  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number): Promise<StageOutput> {
+  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number, hiddenNorm = false): Promise<StageOutput> {
     const { kvHeads, hidden } = this.shape;
     const headDim = attentionHeadDim(this.shape); // the cache holds padded heads
     for (const c of caches) {
@@ -201,6 +211,7 @@ export class Stage {
     feeds[IO.totalSeqLen] = i32Tensor(Int32Array.of(total), []);
     const outputName = this.plan.head ? IO.logits : IO.hiddenOut;
     const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
+    if (hiddenNorm) fetches[IO.hiddenNorm] = null;
     const layers = this.plan.end - this.plan.start;
     const packed: Array<[Float32Array, Float32Array]> = [];
     for (let i = 0; i < layers; i++) {
@@ -245,7 +256,8 @@ export class Stage {
     }
     for (const c of caches) c.length += seq;
     const result = tensorF32(out[outputName], outputName);
-    return this.plan.head ? { kind: 'logits', logits: result } : { kind: 'hidden', hidden: result };
+    if (!this.plan.head) return { kind: 'hidden', hidden: result };
+    return hiddenNorm ? { kind: 'logits', logits: result, hiddenNorm: tensorF32(out[IO.hiddenNorm], IO.hiddenNorm) } : { kind: 'logits', logits: result };
   }
 
   dispose(): Promise<void> {
@@ -283,10 +295,34 @@ async function prepareModel(
   };
   const cached = cache && key && (await cache.lookup(key, file.path));
   if (cached !== undefined) return { model: cached, embedding, source: 'cache', buildMs: 0 };
-  const weights = await loadStageWeights(file, shape, plan);
-  const graph = buildStageGraph(shape, weights, { accuracyLevel });
-  const model = cache && key ? await cache.store(key, file.path, graph) : encodeModel(graph).model;
+  if (cache && key) {
+    // Streamed: one layer's weights are read, converted and written to the shard at a time.
+    const model = await cache.build(key, file.path, async (spill) => {
+      const source = await openStageWeights(file, shape);
+      try {
+        const b = stageGraphBuilder(shape, plan, { accuracyLevel }, { spill });
+        for (let L = plan.start; L < plan.end; L++) b.addLayer(await source.layer(L));
+        return b.finish(plan.head ? await source.head() : undefined);
+      } finally {
+        await source.close();
+      }
+    });
+    return { model, embedding, source: 'built', buildMs: performance.now() - t0 };
+  }
+  // Without a cache the model is built in memory (small models, tests).
+  const model = encodeModel(buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel })).model;
   return { model, embedding, source: 'built', buildMs: performance.now() - t0 };
+}
+
+let gc: (() => void) | undefined;
+
+/** A full garbage collection now (V8's gc, exposed once at first use). */
+function collectGarbage(): void {
+  if (gc === undefined) {
+    v8.setFlagsFromString('--expose-gc');
+    gc = vm.runInNewContext('gc') as () => void;
+  }
+  gc();
 }
 
 /** [batch, kvHeads, cap, headDim] holding each row's filled positions. */

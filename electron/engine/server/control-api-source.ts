@@ -12,9 +12,11 @@ import type {
 } from '../../../common/control-api.js';
 import type { DeviceBenchJson } from '../device/device-bench.js';
 import { isKiwiError, KiwiError } from '../errors.js';
+import { ProgressRate } from '../progress-rate.js';
 import type { HostSession } from '../session/host.js';
 import { findOnLan } from '../session/lan-beacon.js';
 import type { Capabilities } from '../session/membership.js';
+import { generateIdentity, type MemberIdentity } from '../session/identity.js';
 import { MemberSession, type JoinOptions } from '../session/member.js';
 import { parseSessionCode } from '../session/session-code.js';
 
@@ -65,7 +67,7 @@ export interface MemberRing {
 }
 
 /** What hosting starts from: a local model file (downloaded already when it came from `model_url`). */
-export type HostingRequest = Omit<HostRequest, 'model'> & { model: string };
+export type HostingRequest = Omit<HostRequest, 'model' | 'model_sha256'> & { model: string };
 export type StartHosting = (req: HostingRequest) => Promise<HostedSession>;
 
 export interface ModelFetchProgress {
@@ -80,8 +82,8 @@ export interface ModelFetchProgress {
 export interface ModelFetcher {
   /** The cached file's name for `url` (refuses a URL it cannot use). */
   fileName(url: string): string;
-  /** The cached file's path, downloaded (or resumed) first unless complete already. */
-  fetch(url: string, onProgress: (p: ModelFetchProgress) => void, signal: AbortSignal): Promise<string>;
+  /** The cached file's path, downloaded (or resumed) first unless complete already; `sha256`: the file's expected one (hex). */
+  fetch(url: string, onProgress: (p: ModelFetchProgress) => void, signal: AbortSignal, sha256?: string): Promise<string>;
 }
 export type RunBench = (onProgress: (message: string) => void, signal: AbortSignal) => Promise<DeviceBenchJson>;
 
@@ -90,9 +92,11 @@ export interface SessionControlOptions {
   startHosting?: StartHosting;
   /** How a model given by URL reaches the cache; without it only local files can be hosted. */
   fetchModel?: ModelFetcher;
+  /** The model hosted when a request names none (the embedded stories260K: paths.ts defaultModelPath); without it such a request is refused. */
+  defaultModel?: string | undefined;
   runBench?: RunBench;
   /** Defaults for joining: name, direct-link listener, heartbeat. */
-  join?: Partial<Pick<JoinOptions, 'listenHost' | 'heartbeatMs' | 'reconnectDelayMs'>> & { name?: string };
+  join?: Partial<Pick<JoinOptions, 'listenHost' | 'heartbeatMs' | 'reconnectDelayMs' | 'identity'>> & { name?: string };
   /** Where to listen for a host's LAN announcement when a join names no rendezvous. */
   lan?: { port?: number; timeoutMs?: number };
   /** This member's assignment and stage timing, once the pipeline has one (overrides `memberRing`'s). */
@@ -108,6 +112,8 @@ interface Joined {
   ring: MemberRing | undefined;
   req: JoinRequest & { rendezvous: string };
   memberId: string | undefined;
+  /** Without opts.join.identity: the key made for this join, kept across pause and resume. */
+  identity?: MemberIdentity;
   phase: SessionStatus['phase'];
 }
 
@@ -172,7 +178,7 @@ export class SessionControl implements ControlSource {
       return {
         ...base, role: 'host', phase: 'active', code: s.code, rendezvous: s.rendezvousUrl, self_peer: 0, model: this.hosted.model,
         members: s.members.map((m): MemberWire => ({
-          member_id: m.memberId, name: m.name, peer: m.peer, state: m.state, connected: m.connected, in_ring: s.ring.includes(m.peer), addresses: [...m.addresses],
+          member_id: m.memberId, name: m.name, fingerprint: m.fingerprint, peer: m.peer, state: m.state, connected: m.connected, in_ring: s.ring.includes(m.peer), addresses: [...m.addresses],
           ...capabilityFigures(m.capabilities),
         })),
         ring: s.ring,
@@ -186,6 +192,7 @@ export class SessionControl implements ControlSource {
       const self = j.member?.peer ?? null;
       return {
         ...base, role: 'member', phase: j.phase, paused: j.phase === 'paused', code: j.req.code, rendezvous: j.req.rendezvous === '' ? null : j.req.rendezvous, self_peer: self,
+        self_fingerprint: j.member?.fingerprint ?? null,
         // The host's roster names everyone, so the member's ring shows names, not peer numbers.
         members: (j.member?.roster() ?? []).map((r) => rosterMember(r)),
         links: self === null ? [] : (j.member?.linkStatuses() ?? []).map((l): LinkWire => ({ a: self, b: l.peer, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
@@ -203,6 +210,12 @@ export class SessionControl implements ControlSource {
     const s = hosted.session;
     s.on('change', () => this.changed());
     s.on('link', () => this.changed());
+    // Too many wrong codes: the UI says the code stopped working and a new session is needed for newcomers.
+    s.on('pake-locked', (err) => {
+      if (this.hosted !== hosted) return;
+      this.lastError = { code: err.code, message: err.message };
+      this.changed();
+    });
     hosted.watch?.(() => {
       if (this.hosted === hosted) this.changed();
     });
@@ -220,13 +233,15 @@ export class SessionControl implements ControlSource {
     const start = this.opts.startHosting;
     if (start === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'This Kiwi cannot host (it was started without a way to serve a model).');
     if (this.downloadAbort !== undefined) throw new KiwiError('CONTROL_BUSY', 'A model is downloading; cancel it first.');
-    const { model, model_url: url } = req;
-    if (model === undefined) {
-      if (url === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'Give the model: a GGUF file path or a URL to download.');
-      this.startDownload({ ...req, model_url: url }, start);
+    const { model, model_url: url, model_sha256: sha256, ...rest } = req;
+    if (model === undefined && url !== undefined) {
+      this.startDownload({ ...rest, model_url: url, ...(sha256 !== undefined ? { model_sha256: sha256 } : {}) }, start);
       return;
     }
-    await this.exclusive(() => this.startHost(start, { ...req, model }));
+    if (sha256 !== undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'model_sha256 checks the download of model_url: give it with model_url and without model.');
+    const file = model ?? this.opts.defaultModel;
+    if (file === undefined) throw new KiwiError('CONTROL_BAD_REQUEST', 'Give the model: a GGUF file path or a URL to download.');
+    await this.exclusive(() => this.startHost(start, { ...rest, model: file, ...(url !== undefined ? { model_url: url } : {}) }));
   }
 
   cancelDownload(): void {
@@ -262,14 +277,18 @@ export class SessionControl implements ControlSource {
     this.download = { url, file, state: 'downloading', received_bytes: 0, total_bytes: null, bytes_per_s: null, resumed: false, error: null };
     this.changed();
     const current = (): boolean => this.downloadAbort === abort;
+    // The fetcher reports every chunk; the UI gets a few snapshots a second (and the last one).
+    const rate = new ProgressRate();
     void (async () => {
       let path: string;
       try {
         path = await fetcher.fetch(url, (p) => {
           if (!current() || this.download === null) return;
-          this.download = { ...this.download, received_bytes: p.receivedBytes, total_bytes: p.totalBytes ?? null, bytes_per_s: p.bytesPerSecond ?? null, resumed: p.resumed };
+          const sample = rate.update(p.receivedBytes, p.totalBytes ?? null);
+          if (sample === null) return;
+          this.download = { ...this.download, received_bytes: p.receivedBytes, total_bytes: p.totalBytes ?? null, bytes_per_s: p.bytesPerSecond ?? sample.rate, resumed: p.resumed };
           this.changed();
-        }, abort.signal);
+        }, abort.signal, req.model_sha256);
       } catch (err) {
         if (!current()) return;
         this.downloadAbort = undefined;
@@ -286,7 +305,8 @@ export class SessionControl implements ControlSource {
       if (!current()) return;
       this.downloadAbort = undefined;
       this.download = null;
-      const { model_url: _url, model: _model, ...rest } = req;
+      // The checksum was the download's: the session hosts the checked file.
+      const { model_url: _url, model: _model, model_sha256: _sha256, ...rest } = req;
       // A failure is in status() as the last error (startHost records it).
       await this.exclusive(() => this.startHost(start, { ...rest, model: path, model_url: url })).catch((err: unknown) => {
         if (!isKiwiError(err)) throw err;
@@ -398,12 +418,42 @@ export class SessionControl implements ControlSource {
       code: j.req.code,
       rendezvousUrl: j.req.rendezvous,
       name: j.req.name ?? o.name ?? hostname().slice(0, 64),
-      ...(j.memberId !== undefined ? { memberId: j.memberId } : {}),
+      // The same key every time this join resumes: the host knows it as the member it approved.
+      identity: o.identity ?? (j.identity ??= generateIdentity()),
       ...(capabilities !== undefined ? { capabilities } : {}),
       ...(o.listenHost !== undefined ? { listenHost: o.listenHost } : {}),
       ...(o.heartbeatMs !== undefined ? { heartbeatMs: o.heartbeatMs } : {}),
       ...(o.reconnectDelayMs !== undefined ? { reconnectDelayMs: o.reconnectDelayMs } : {}),
     });
+    this.wireMember(j, member);
+    // A RingMember listens for the host's assignment; its progress reaches the UI as snapshots.
+    const ring = this.opts.memberRing?.(member, () => {
+      if (this.joined === j && j.member === member) this.changed();
+    });
+    j.ring = ring;
+    try {
+      await member.connect();
+    } catch (err) {
+      j.ring = undefined;
+      await ring?.close();
+      throw err;
+    }
+  }
+
+  /**
+   * Shows a member that already runs (`kiwi join`: its status for `kiwi status`) instead of
+   * joining from here; `ring` is its part of the ring. Call before member.connect().
+   */
+  attachMember(member: MemberSession, ring: MemberRing | undefined, req: JoinRequest & { rendezvous: string }): void {
+    if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
+    const j: Joined = { member, ring, req, memberId: member.memberId, phase: 'connecting' };
+    this.joined = j;
+    this.wireMember(j, member);
+    this.changed();
+  }
+
+  /** Follows the member's phase, links and roster into status(). */
+  private wireMember(j: Joined, member: MemberSession): void {
     const current = (): boolean => this.joined === j && j.member === member;
     member.on('joined', (info) => {
       if (!current()) return;
@@ -434,18 +484,6 @@ export class SessionControl implements ControlSource {
     });
     j.member = member;
     j.memberId = member.memberId;
-    // A RingMember listens for the host's assignment; its progress reaches the UI as snapshots.
-    const ring = this.opts.memberRing?.(member, () => {
-      if (current()) this.changed();
-    });
-    j.ring = ring;
-    try {
-      await member.connect();
-    } catch (err) {
-      j.ring = undefined;
-      await ring?.close();
-      throw err;
-    }
   }
 
   /** One session action at a time: a second click while joining is refused, not queued. */

@@ -1,14 +1,23 @@
 // The control API over real sockets: auth, validation, the static UI, SSE snapshots, and a host and
-// a member (two SessionControls on loopback) going through join, approve, pause and resume.
+// a member (two SessionControls on loopback) going through join, approve, pause and resume. Also:
+// a request naming no model hosts the built-in one, and wrong codes that lock the session's code
+// reach the host's status as its error. (A download's model_sha256: hosting/model-fetch.test.ts.)
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DeviceCard, SessionStatus, type ControlEvent } from '../../../common/control-api.js';
 import { runDeviceBench } from '../device/device-bench.js';
-import { createHost } from '../session/host.js';
+import { defaultModelPath } from '../paths.js';
+import { HOST_PEER } from '../rendezvous/protocol.js';
+import { startRendezvous } from '../rendezvous/server.js';
+import { createHost, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER } from '../session/host.js';
+import { RendezvousClient } from '../session/rendezvous-client.js';
+import { codePassword, parseSessionCode } from '../session/session-code.js';
+import { passwordScalar, spake2Start } from '../session/spake2.js';
 import { startControlApi, type ControlApi } from './control-api.js';
-import { SessionControl, type StartHosting } from './control-api-source.js';
+import { SessionControl, type HostingRequest, type StartHosting } from './control-api-source.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
@@ -37,6 +46,25 @@ function call(api: ControlApi, method: string, path: string, body?: unknown, tok
 
 async function status(api: ControlApi): Promise<SessionStatus> {
   return SessionStatus.parse(await (await call(api, 'GET', '/status')).json());
+}
+
+/** One online guess of the code: claim, the key exchange for `w`, and a confirmation that cannot be right once answered. */
+async function wrongGuess(url: string, nameplate: number, w: bigint): Promise<'answered' | 'refused'> {
+  const c = await RendezvousClient.connect(url);
+  const closed = new Promise<void>((resolve) => c.once('close', () => resolve()));
+  c.on('server-error', () => undefined);
+  await c.claim(nameplate);
+  const pake = spake2Start({ role: 'A', w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(nameplate) });
+  const reply = new Promise<'answered' | 'refused'>((resolve) => {
+    c.once('from', () => resolve('answered'));
+    void closed.then(() => resolve('refused'));
+  });
+  c.send(HOST_PEER, { kind: 'pake', msg: Buffer.from(pake.message).toString('base64') });
+  const got = await reply;
+  if (got === 'answered') c.send(HOST_PEER, { kind: 'confirm', confirm: Buffer.alloc(32).toString('base64') });
+  // The host rejects the confirmation (or the claim): the rendezvous closes the connection.
+  await closed;
+  return got;
 }
 
 async function until<T>(what: string, read: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
@@ -149,6 +177,9 @@ describe('control API', () => {
     const pending = await until('a pending member', () => status(host), (s) => s.members.some((m) => m.state === 'pending'));
     const alice = pending.members[0];
     expect(alice).toMatchObject({ name: 'alice', state: 'pending', connected: true });
+    // The host approves by the fingerprint the member's own screen shows.
+    expect(alice?.fingerprint).toMatch(/^[0-9a-z]{4}-[0-9a-z]{4}$/);
+    expect((await status(member)).self_fingerprint).toBe(alice?.fingerprint);
 
     expect((await call(host, 'POST', '/session/decide', { member_id: alice?.member_id, approve: true })).status).toBe(200);
     await until('the member active', () => status(member), (s) => s.phase === 'active');
@@ -196,6 +227,56 @@ describe('control API', () => {
     const after = await status(member);
     expect(after.role).toBe('none');
     expect(after.error?.code).toMatch(/PAKE|SESSION_CODE_INVALID/);
+  });
+
+  it('hosts the built-in model for a request that names none, and refuses one where there is no default', async () => {
+    const builtIn = defaultModelPath();
+    expect(builtIn !== undefined && existsSync(builtIn)).toBe(true);
+    const hosted: HostingRequest[] = [];
+    const recording: StartHosting = async (req) => {
+      hosted.push(req);
+      return sessionOnly(req);
+    };
+    const without = await start(new SessionControl({ startHosting: recording }));
+    const refused = await call(without, 'POST', '/session/host', {});
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: 'CONTROL_BAD_REQUEST', message: expect.stringMatching(/Give the model/) });
+    expect((await status(without)).role).toBe('none');
+
+    const withDefault = await start(new SessionControl({ startHosting: recording, defaultModel: builtIn }));
+    // A checksum belongs to a download; the built-in file has none to check.
+    expect((await call(withDefault, 'POST', '/session/host', { model_sha256: 'a'.repeat(64) })).status).toBe(400);
+    const res = await call(withDefault, 'POST', '/session/host', { auto_approve: true });
+    expect(res.status).toBe(200);
+    expect(SessionStatus.parse(await res.json())).toMatchObject({ role: 'host', model: builtIn });
+    expect(hosted).toEqual([{ model: builtIn, auto_approve: true }]);
+    await call(withDefault, 'POST', '/session/leave');
+    // A model the request names still wins over the default.
+    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf' })).status).toBe(200);
+    expect((await status(withDefault)).model).toBe('tiny.gguf');
+  });
+
+  it('shows the host that its code stopped working after too many wrong codes', async () => {
+    // A rendezvous without limits of its own: only the host's count stops the guesses.
+    const lax = { maxFailedAttempts: 100_000, maxFailedAttemptsTotal: 100_000, maxPendingPerSource: 100_000, maxConnectionsPerIp: 100_000, messagesPerSecond: 1e6, messageBurst: 1e6 };
+    const rv = await startRendezvous({ limits: lax });
+    cleanups.push(() => rv.close());
+    const guarded: StartHosting = async (req) => {
+      const session = await createHost({ rendezvousUrl: rv.url, autoApprove: false, listenHost: '127.0.0.1', maxPakeFailures: 3 });
+      return { session, model: req.model, serving: null, close: () => session.close() };
+    };
+    const api = await start(new SessionControl({ startHosting: guarded, coalesceMs: 5 }));
+    const hosting = SessionStatus.parse(await (await call(api, 'POST', '/session/host', { model: 'tiny.gguf' })).json());
+    expect(hosting.error).toBeNull();
+    const code = parseSessionCode(hosting.code as string);
+    const wrong = passwordScalar(codePassword({ ...code, words: [code.words[0] === 'apple' ? 'lemon' : 'apple', ...code.words.slice(1)] }), String(code.nameplate));
+    // Real key exchanges with a wrong code, each answered by the host and failing its confirmation.
+    for (let i = 0; i < 3; i++) expect(await wrongGuess(rv.url, code.nameplate, wrong)).toBe('answered');
+    const locked = await until('the lock in the host\'s status', () => status(api), (s) => s.error !== null);
+    expect(locked).toMatchObject({ role: 'host', error: { code: 'PAKE_LOCKED', message: expect.stringMatching(/3 attempts with a wrong code.*new session for a new code/) } });
+    // The session goes on for the members it has; the next guess gets no answer.
+    expect(await wrongGuess(rv.url, code.nameplate, wrong)).toBe('refused');
+    expect((await status(api)).role).toBe('host');
   });
 
   it('runs the device benchmark and shows its progress, then the card', async () => {

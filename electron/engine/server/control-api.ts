@@ -2,7 +2,8 @@
 // needs `Authorization: Bearer <token>` (compared in constant time), every body is validated with
 // the zod schemas of common/control-api.ts, and failures become `{error:{code,message}}` with the
 // status from one table. The same origin serves the built renderer (renderer/dist), so a headless
-// `kiwi host` offers the UI at its own address. The core knows only a ControlSource.
+// `kiwi host` offers the UI at its own address. The core knows only a ControlSource. Before routing,
+// every request passes http-guard.ts (Host, Content-Type, CORS); sockets are bounded like the API's.
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
@@ -16,7 +17,10 @@ import {
   type ControlEvent, type ErrorBody,
 } from '../../../common/control-api.js';
 import { isKiwiError, KiwiError, type KiwiErrorCode } from '../errors.js';
+import { parseJson } from '../parse-json.js';
 import type { ControlSource } from './control-api-source.js';
+import { createHttpGuard } from './http-guard.js';
+import { DEFAULT_SOCKET_LIMITS, socketServerOptions, type SocketLimits } from './socket-limits.js';
 
 export interface ControlApiOptions {
   source: ControlSource;
@@ -30,6 +34,12 @@ export interface ControlApiOptions {
   port?: number;
   /** SSE keep-alive comment interval. */
   keepAliveMs?: number;
+  /** More Host names to accept besides localhost, 127.0.0.1 and [::1]; '*' any. */
+  allowedHosts?: readonly string[];
+  /** Browser origins allowed besides local ones and the UI's own; '*' any. */
+  corsOrigins?: readonly string[];
+  /** Socket bounds; default DEFAULT_SOCKET_LIMITS, with at most 64 connections. */
+  limits?: Partial<SocketLimits>;
 }
 
 export interface ControlApi {
@@ -69,9 +79,19 @@ export function defaultRendererDir(): string | null {
 type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
 /** The request handler alone (tests drive it in-process); startControlApi puts it on a socket. */
-export function createControlApi(opts: { source: ControlSource; token: string; staticDir: string | null; keepAliveMs?: number }): Handler {
+export function createControlApi(opts: {
+  source: ControlSource;
+  token: string;
+  staticDir: string | null;
+  keepAliveMs?: number;
+  /** The listen address (the Host check depends on it). Default 127.0.0.1. */
+  host?: string;
+  allowedHosts?: readonly string[];
+  corsOrigins?: readonly string[];
+}): Handler {
   const tokenDigest = digest(opts.token);
   const { source } = opts;
+  const guard = createHttpGuard({ listenHost: opts.host ?? '127.0.0.1', allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [], methods: ['GET', 'POST', 'HEAD'] });
 
   const routes: Record<string, (req: IncomingMessage, res: ServerResponse) => Promise<void>> = {
     'GET /status': async (_req, res) => json(res, 200, source.status()),
@@ -111,6 +131,17 @@ export function createControlApi(opts: { source: ControlSource; token: string; s
   };
 
   return async (req, res) => {
+    const decision = guard({ method: req.method ?? 'GET', headers: flatHeaders(req) });
+    for (const [k, v] of Object.entries(decision.headers)) res.setHeader(k, v);
+    if (decision.kind === 'answer') {
+      res.writeHead(decision.status).end();
+      return;
+    }
+    if (decision.kind === 'refuse') {
+      if (!req.complete) res.setHeader('connection', 'close');
+      json(res, decision.status, { error: { code: decision.code, message: decision.message } } satisfies ErrorBody);
+      return;
+    }
     try {
       const path = new URL(req.url ?? '/', 'http://localhost').pathname;
       if (path !== CONTROL_API_PREFIX && !path.startsWith(`${CONTROL_API_PREFIX}/`)) {
@@ -142,9 +173,13 @@ export function createControlApi(opts: { source: ControlSource; token: string; s
 export async function startControlApi(opts: ControlApiOptions): Promise<ControlApi> {
   const token = opts.token ?? randomBytes(24).toString('base64url');
   const staticDir = opts.staticDir === undefined ? defaultRendererDir() : opts.staticDir;
-  const handle = createControlApi({ source: opts.source, token, staticDir, ...(opts.keepAliveMs !== undefined ? { keepAliveMs: opts.keepAliveMs } : {}) });
   const host = opts.host ?? '127.0.0.1';
-  const server = createServer((req, res) => {
+  const handle = createControlApi({
+    source: opts.source, token, staticDir, host, allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [],
+    ...(opts.keepAliveMs !== undefined ? { keepAliveMs: opts.keepAliveMs } : {}),
+  });
+  const limits: SocketLimits = { ...DEFAULT_SOCKET_LIMITS, maxConnections: 64, ...opts.limits };
+  const server = createServer(socketServerOptions(limits), (req, res) => {
     handle(req, res).catch((err: unknown) => {
       // Anything but a KiwiError escaping a route is a bug: answer 500 and say so loudly.
       process.stderr.write(`kiwi control API: ${(err as Error)?.stack ?? String(err)}\n`);
@@ -152,6 +187,7 @@ export async function startControlApi(opts: ControlApiOptions): Promise<ControlA
       else res.destroy();
     });
   });
+  server.maxConnections = limits.maxConnections;
   await new Promise<void>((ok, fail) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
       fail(new KiwiError('LISTEN_FAILED', `cannot listen on ${host}:${opts.port ?? 0} for the UI (${err.code ?? err.message}); choose another port`)));
@@ -171,6 +207,12 @@ export async function startControlApi(opts: ControlApiOptions): Promise<ControlA
         server.closeAllConnections();
       }),
   };
+}
+
+function flatHeaders(req: IncomingMessage): Record<string, string | undefined> {
+  const headers: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  return headers;
 }
 
 function digest(s: string): Buffer {
@@ -193,24 +235,24 @@ async function readJson<T extends z.ZodType>(req: IncomingMessage, schema: T): P
   if (declared > MAX_CONTROL_BODY_BYTES) throw new KiwiError('API_BODY_TOO_LARGE', `Request body of ${declared} bytes; the control API takes at most ${MAX_CONTROL_BODY_BYTES}.`);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_CONTROL_BODY_BYTES) throw new KiwiError('API_BODY_TOO_LARGE', `Request body over ${MAX_CONTROL_BODY_BYTES} bytes.`);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > MAX_CONTROL_BODY_BYTES) throw new KiwiError('API_BODY_TOO_LARGE', `Request body over ${MAX_CONTROL_BODY_BYTES} bytes.`);
+      chunks.push(chunk);
+    }
+  } catch (err) {
+    if (isKiwiError(err)) throw err;
+    // The socket closed mid-body (the client left, or the request timeout cut it off): not a bug.
+    throw new KiwiError('CONTROL_BAD_REQUEST', `The request body was cut off (${(err as Error).message}).`);
   }
   const text = Buffer.concat(chunks).toString('utf8');
-  let value: unknown;
-  try {
-    value = text === '' ? {} : JSON.parse(text);
-  } catch {
-    throw new KiwiError('CONTROL_BAD_REQUEST', 'The request body is not JSON.');
-  }
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new KiwiError('CONTROL_BAD_REQUEST', `Invalid request: ${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'does not match'}.`);
-  }
-  return parsed.data;
+  return parseJson(schema, text === '' ? '{}' : text, {
+    code: 'CONTROL_BAD_REQUEST',
+    notJson: () => 'The request body is not JSON.',
+    invalid: ([first]) => `Invalid request: ${first}.`,
+    root: 'body',
+  });
 }
 
 /** text/event-stream: the current status and device card at once, then every change. */

@@ -1,12 +1,16 @@
 // node:http around the OpenAI API core (openai-api.ts): turns sockets into ApiRequests, writes
 // responses with per-response backpressure, cancels a request when its client disconnects, and
 // shuts down gracefully (stop accepting, let running requests finish for a grace period, then
-// cancel them). Listens on loopback unless told otherwise.
+// cancel them). Listens on loopback unless told otherwise. Every request passes the browser policy
+// of http-guard.ts (Host, Content-Type, CORS) before routing, and sockets are bounded in time and
+// number so that slow or idle clients cannot hold the server.
 import { createServer } from 'node:http';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KiwiError } from '../errors.js';
-import type { CompletionBackend } from './completion-backend.js';
+import type { CompletionBackend } from '../completion/completion-backend.js';
+import { createHttpGuard, type GuardDecision } from './http-guard.js';
+import { DEFAULT_SOCKET_LIMITS, socketServerOptions, type SocketLimits } from './socket-limits.js';
 import { createOpenAiApi } from './openai-api.js';
 import { toOpenAiError } from './openai-errors.js';
 import type { ApiResponse, OpenAiApi, OpenAiApiOptions } from './openai-api.js';
@@ -18,6 +22,18 @@ export interface OpenAiServerOptions extends Omit<OpenAiApiOptions, 'backend'> {
   port?: number;
   /** How long close() lets running requests finish before cancelling them. Default 3000 ms. */
   shutdownGraceMs?: number;
+  /** More Host names to accept besides localhost, 127.0.0.1 and [::1] (`--allowed-host`); '*' any. */
+  allowedHosts?: readonly string[];
+  /** Browser origins allowed besides local ones (`--cors-origin`); '*' any. */
+  corsOrigins?: readonly string[];
+  /** Time to receive a whole request, headers and body (node's requestTimeout). Default 30 s. */
+  requestTimeoutMs?: number;
+  /** Time to receive the headers of a request. Default 10 s. */
+  headersTimeoutMs?: number;
+  /** How long an idle keep-alive connection stays open between requests. Default 5 s. */
+  keepAliveTimeoutMs?: number;
+  /** Open connections at most; more are closed at once. Default 256. */
+  maxConnections?: number;
 }
 
 export interface OpenAiServer {
@@ -37,12 +53,20 @@ export async function startOpenAiServer(backend: CompletionBackend, opts: OpenAi
   const graceMs = opts.shutdownGraceMs ?? 3000;
   const inFlight = new Map<AbortController, Promise<void>>();
   let closing = false;
+  const guard = createHttpGuard({ listenHost: host, allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [], methods: ['GET', 'POST'] });
+  const limits: SocketLimits = {
+    requestTimeoutMs: opts.requestTimeoutMs ?? DEFAULT_SOCKET_LIMITS.requestTimeoutMs,
+    headersTimeoutMs: opts.headersTimeoutMs ?? DEFAULT_SOCKET_LIMITS.headersTimeoutMs,
+    keepAliveTimeoutMs: opts.keepAliveTimeoutMs ?? DEFAULT_SOCKET_LIMITS.keepAliveTimeoutMs,
+    maxConnections: opts.maxConnections ?? DEFAULT_SOCKET_LIMITS.maxConnections,
+  };
 
-  const server = createServer({ noDelay: true }, (req, res) => {
+  const server = createServer({ noDelay: true, ...socketServerOptions(limits) }, (req, res) => {
     const controller = new AbortController();
-    const done = serve(api, req, res, controller, () => closing, opts.onError).finally(() => inFlight.delete(controller));
+    const done = serve(api, guard, req, res, controller, () => closing, opts.onError).finally(() => inFlight.delete(controller));
     inFlight.set(controller, done);
   });
+  server.maxConnections = limits.maxConnections;
 
   await new Promise<void>((resolve, reject) => {
     const onError = (err: NodeJS.ErrnoException): void => {
@@ -87,6 +111,7 @@ export async function startOpenAiServer(backend: CompletionBackend, opts: OpenAi
 
 async function serve(
   api: OpenAiApi,
+  guard: (req: { method: string; headers: Readonly<Record<string, string | undefined>> }) => GuardDecision,
   req: IncomingMessage,
   res: ServerResponse,
   controller: AbortController,
@@ -99,15 +124,23 @@ async function serve(
   });
   const headers: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-  const response: ApiResponse = closing()
-    ? shuttingDown()
-    : await api.handle({
-        method: req.method ?? 'GET',
-        path: new URL(req.url ?? '/', 'http://localhost').pathname,
-        headers,
-        body: req,
-        signal: controller.signal,
-      });
+  const method = req.method ?? 'GET';
+  const decision = guard({ method, headers });
+  const response: ApiResponse = decision.kind === 'answer'
+    ? { status: decision.status, headers: {}, body: '' }
+    : decision.kind === 'refuse'
+      ? refused(decision)
+      : closing()
+        ? shuttingDown()
+        : await api.handle({
+            method,
+            path: new URL(req.url ?? '/', 'http://localhost').pathname,
+            headers,
+            body: req,
+            signal: controller.signal,
+          });
+  // CORS headers go on every answer, SSE streams included.
+  Object.assign(response.headers, decision.headers);
   if (res.destroyed) {
     if ('stream' in response) await response.stream[Symbol.asyncIterator]().return?.();
     return;
@@ -115,7 +148,8 @@ async function serve(
   // A body left unread (refused early) or a server going down: do not keep the connection.
   if (!req.complete || closing()) res.setHeader('connection', 'close');
   if ('body' in response) {
-    res.writeHead(response.status, { ...response.headers, 'content-length': String(Buffer.byteLength(response.body)) }).end(response.body);
+    const length = response.status === 204 ? {} : { 'content-length': String(Buffer.byteLength(response.body)) };
+    res.writeHead(response.status, { ...response.headers, ...length }).end(response.body);
     return;
   }
   res.writeHead(response.status, response.headers);
@@ -132,6 +166,12 @@ async function serve(
     return;
   }
   res.end();
+}
+
+/** The guard's refusal as an OpenAI error body (`code` in OpenAI's snake_case). */
+function refused(d: Extract<GuardDecision, { kind: 'refuse' }>): ApiResponse {
+  const body = { error: { message: d.message, type: 'invalid_request_error', param: d.reason === 'unsupported_media_type' ? 'content-type' : null, code: d.reason } };
+  return { status: d.status, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify(body) };
 }
 
 function shuttingDown(): ApiResponse {

@@ -4,7 +4,7 @@ import { describe, expect, test } from 'vitest';
 import { isKiwiError } from '../errors.js';
 import { testModelPath } from '../model/test-models.js';
 import { DEFAULT_SAMPLING } from '../runtime/sampling.js';
-import type { GenerationEvent } from './completion-backend.js';
+import type { GenerationEvent } from '../completion/completion-backend.js';
 import { LocalBackend } from './local-backend.js';
 import { eventually } from './test-helpers.js';
 

@@ -3,15 +3,19 @@
 // knows the runtime's API; the ring pipeline will be another CompletionBackend.
 import { basename } from 'node:path';
 import { KiwiError } from '../errors.js';
-import { chatTemplateForModel, chatTokensOf } from '../model/chat-template.js';
+import { chatTemplateForModel, chatTokensOf, compileChatTemplate } from '../model/chat-template.js';
 import type { ChatTemplate } from '../model/chat-template.js';
 import { BatchGenerator } from '../runtime/generation.js';
 import { KvBlockPool } from '../runtime/kv-pool.js';
 import { openLocalModel } from '../runtime/local-model.js';
 import type { LocalModel, LocalModelOptions } from '../runtime/local-model.js';
 import { attentionHeadDim } from '../runtime/stage-graph.js';
-import { preparePrompt, streamGeneration, type RunningGenerations } from './backend-stream.js';
-import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
+import { fimTokensOf, preparePrompt, streamGeneration, type RunningGenerations } from '../completion/backend-stream.js';
+import { checkPromptSize } from '../completion/prompt-size.js';
+import { prepareOffThread } from '../completion/prompt-prepare.js';
+import { OffThreadEncoder } from '../model/tokenizer/off-thread-encoder.js';
+import { embedWithChain } from '../completion/embedding-pool.js';
+import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from '../completion/completion-backend.js';
 
 export interface LocalBackendOptions extends LocalModelOptions {
   /** The name clients use; default the file name without `.gguf`. */
@@ -20,6 +24,8 @@ export interface LocalBackendOptions extends LocalModelOptions {
   maxBatch?: number;
   /** KV-cache budget of the pool; it always holds at least one full context. Default 1 GiB. */
   kvBudgetBytes?: number;
+  /** A Jinja chat template that replaces the model's (kiwi serve --chat-template). */
+  chatTemplate?: string;
 }
 
 const KV_BLOCK_TOKENS = 16;
@@ -40,6 +46,8 @@ export class LocalBackend implements CompletionBackend {
   /** Cancels and settles every running generation (on close). */
   private readonly running: RunningGenerations = new Map();
   private readonly counts = { completed: 0, cancelled: 0, failed: 0 };
+  /** Tokenizes long prompts off the event loop; started on the first one. */
+  private encoder: OffThreadEncoder | undefined;
 
   constructor(
     readonly modelPath: string,
@@ -77,7 +85,10 @@ export class LocalBackend implements CompletionBackend {
     const pool = new KvBlockPool(Math.max(Math.ceil(context / KV_BLOCK_TOKENS), budgetBlocks), KV_BLOCK_TOKENS, bytesPerToken);
     this.loaded = {
       model,
-      template: chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer)),
+      template:
+        this.opts.chatTemplate !== undefined
+          ? compileChatTemplate(this.opts.chatTemplate, 'model', chatTokensOf(model.tokenizer)) // an override counts as the model's own
+          : chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer)),
       pool,
       generator: new BatchGenerator(model.chain, pool, { maxBatch: this.opts.maxBatch ?? 8 }),
     };
@@ -103,6 +114,12 @@ export class LocalBackend implements CompletionBackend {
     return this.loaded?.generator.waitingForKv ?? 0;
   }
 
+  /** For GET /health: generations so far by how they ended (a refused request starts none). */
+  health(): Record<string, unknown> {
+    const { completed, cancelled, failed } = this.counts;
+    return { generations: { completed, cancelled, failed } };
+  }
+
   /** Generations so far by how they ended; how many run now and how many wait for KV blocks. */
   stats(): { running: number; waiting: number; completed: number; cancelled: number; failed: number } {
     const waiting = this.waitingForAdmission();
@@ -114,9 +131,59 @@ export class LocalBackend implements CompletionBackend {
     return this.ready().template.source;
   }
 
+  get trainContextTokens(): number {
+    return this.loaded?.model.shape.contextLength ?? 0;
+  }
+
+  get vocabSize(): number {
+    return this.loaded?.model.tokenizer.vocabSize ?? 0;
+  }
+
+  chatTemplate(): { source: string; template: string } {
+    const { template } = this.ready();
+    return { source: this.opts.chatTemplate !== undefined ? 'override' : template.source, template: template.template };
+  }
+
+  tokenize(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): number[] {
+    return this.ready().model.tokenizer.encode(text, { addBos: opts.addSpecial, parseSpecial: opts.parseSpecial });
+  }
+
+  detokenize(ids: readonly number[]): string {
+    return this.ready().model.tokenizer.decode(ids);
+  }
+
+  fimTokens(): { prefix: string; suffix: string; middle: string } | undefined {
+    return fimTokensOf(this.ready().model.tokenizer);
+  }
+
+  tokenPiece(id: number): string {
+    return Buffer.from(this.ready().model.tokenizer.tokenPiece(id)).toString('utf8');
+  }
+
+  /** Pooled embedding of one input, holding KV blocks for its length while it runs. */
+  async embed(ids: readonly number[], signal: AbortSignal): Promise<Float32Array> {
+    const { model, pool } = this.ready();
+    const reservation = await pool.reserve(ids.length, { signal });
+    try {
+      return await embedWithChain(model.chain, ids);
+    } finally {
+      pool.release(reservation);
+    }
+  }
+
   prepare(prompt: PromptInput): PreparedPrompt {
     const { model, template } = this.ready();
+    // A prompt that cannot fit is refused before tokenizing it would hold the event loop.
+    checkPromptSize(model.tokenizer, prompt, this.contextTokens);
     return preparePrompt(model.tokenizer, template, prompt);
+  }
+
+  /** prepare() with long prompts tokenized on a worker thread (the API uses this). */
+  async prepareAsync(prompt: PromptInput): Promise<PreparedPrompt> {
+    const { model, template } = this.ready();
+    checkPromptSize(model.tokenizer, prompt, this.contextTokens);
+    this.encoder ??= new OffThreadEncoder(model.tokenizer, model.file.metadata);
+    return prepareOffThread(model.tokenizer, template, prompt, this.encoder);
   }
 
   async *generate(request: GenerationRequest, signal: AbortSignal): AsyncGenerator<GenerationEvent> {
@@ -132,6 +199,8 @@ export class LocalBackend implements CompletionBackend {
     this.loaded = undefined;
     for (const stop of this.running.keys()) stop(new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down'));
     await Promise.all(this.running.values());
+    await this.encoder?.close();
+    this.encoder = undefined;
     await loaded?.model.dispose();
   }
 

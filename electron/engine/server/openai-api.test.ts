@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
 import type { LocalModel } from '../runtime/local-model.js';
-import type { CompletionBackend } from './completion-backend.js';
+import type { CompletionBackend } from '../completion/completion-backend.js';
 import { LocalBackend } from './local-backend.js';
 import { createOpenAiApi } from './openai-api.js';
 import type { ApiRequest, ApiResponse, OpenAiApi, OpenAiApiOptions } from './openai-api.js';
@@ -155,7 +155,21 @@ describe('stop sequences', () => {
 describe('models and routes', () => {
   test('lists the served model', async () => {
     const r = await jsonCall(api, 'GET', '/v1/models');
-    expect(r.json).toEqual({ object: 'list', data: [{ id: 'stories260K', object: 'model', created: backend.createdAt, owned_by: 'kiwi' }] });
+    const ctx = backend.contextTokens;
+    expect(r.json).toEqual({
+      object: 'list',
+      data: [
+        {
+          id: 'stories260K',
+          object: 'model',
+          created: backend.createdAt,
+          owned_by: 'kiwi',
+          context_length: ctx,
+          max_model_len: ctx,
+          meta: { n_ctx: ctx, n_ctx_train: backend.trainContextTokens, n_vocab: 512 },
+        },
+      ],
+    });
     expect((await jsonCall(api, 'GET', '/v1/models/stories260K')).json.id).toBe('stories260K');
     expect((await jsonCall(api, 'GET', '/v1/models/gpt-4')).status).toBe(404);
   });
@@ -197,10 +211,17 @@ describe('bad requests', () => {
     expect(r.json.error).toMatchObject({ code: 'model_not_found', param: 'model' });
   });
 
-  test('max_tokens beyond the context is a 400 context_length_exceeded', async () => {
-    const r = await chat({ max_tokens: 1_000_000 });
+  test('max_tokens beyond the context is clamped to it and ends with finish reason length (llama-server), not a 400', async () => {
+    const r = await chat({ max_tokens: 1_000_000, temperature: 0, logit_bias: { [String(backend.prepare({ kind: 'ids', ids: [2] }).ids[0])]: -100 } });
+    expect(r.status).toBe(200);
+    expect(r.json.choices[0].finish_reason).toBe('length');
+    expect(r.json.usage.total_tokens).toBe(backend.contextTokens);
+  });
+
+  test('a prompt that fills the context is a 400 context_length_exceeded', async () => {
+    const r = await jsonCall(api, 'POST', '/v1/completions', { prompt: Array.from({ length: backend.contextTokens }, () => 100), max_tokens: 1 });
     expect(r.status).toBe(400);
-    expect(r.json.error).toMatchObject({ code: 'context_length_exceeded', param: 'max_tokens' });
+    expect(r.json.error).toMatchObject({ code: 'context_length_exceeded' });
   });
 
   test('a prompt token outside the vocabulary is a 400', async () => {
@@ -317,7 +338,7 @@ describe('queue and cancellation', () => {
     try {
       const target = createOpenAiApi({ backend: small, maxActive: 4 });
       const health = async () => (await jsonCall(target, 'GET', '/health')).json;
-      expect(await health()).toEqual({ status: 'serving', running: 0, waiting: 0 });
+      expect(await health()).toMatchObject({ status: 'serving', running: 0, waiting: 0 });
       const controller = new AbortController();
       const first = await target.handle(request('POST', '/v1/completions', { prompt: 'Once', max_tokens: 2000, stream: true }, { signal: controller.signal }));
       if (!('stream' in first)) throw new Error('expected a stream');
@@ -327,12 +348,12 @@ describe('queue and cancellation', () => {
       const second = target.handle(request('POST', '/v1/completions', { prompt: 'Once', max_tokens: 100 }));
       await eventually(() => small.waitingForAdmission() === 1, 'the second request waits for KV blocks');
       expect(target.queue.active).toBe(2);
-      expect(await health()).toEqual({ status: 'serving', running: 1, waiting: 1 });
+      expect(await health()).toMatchObject({ status: 'serving', running: 1, waiting: 1 });
       expect(small.stats()).toMatchObject({ running: 1, waiting: 1 });
       controller.abort();
       for (let n = await it.next(); n.done !== true; n = await it.next());
       expect((await second).status).toBe(200);
-      expect(await health()).toEqual({ status: 'serving', running: 0, waiting: 0 });
+      expect(await health()).toMatchObject({ status: 'serving', running: 0, waiting: 0 });
     } finally {
       await small.close();
     }

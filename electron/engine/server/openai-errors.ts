@@ -37,6 +37,11 @@ const TABLE: Partial<Record<KiwiErrorCode, HttpMapping>> = {
   RING_UNAVAILABLE: { status: 503, type: 'unavailable_error', code: 'ring_unavailable' },
   RING_BROKEN: { status: 503, type: 'unavailable_error', code: 'ring_broken' },
   RING_REPLAN: { status: 503, type: 'unavailable_error', code: 'ring_broken' },
+  // A member's fault, not the client's (nginx's 502: a bad answer from upstream): malformed ring
+  // data (the member is planned out), NaN/Inf activations (a precision problem), a stage that failed.
+  RING_PEER_MALFORMED: { status: 502, type: 'server_error', code: 'ring_member_malformed' },
+  RING_PEER_NUMERIC: { status: 502, type: 'server_error', code: 'ring_member_numeric' },
+  RING_STAGE_FAILED: { status: 502, type: 'server_error', code: 'ring_stage_failed' },
   // nginx's 499: nobody reads it, but logs and tests see a cancellation, not a failure.
   API_CLIENT_CLOSED: { status: 499, type: 'invalid_request_error', code: 'client_closed_request' },
   // Runtime failures caused by what the request asked for.
@@ -49,7 +54,7 @@ const TABLE: Partial<Record<KiwiErrorCode, HttpMapping>> = {
 
 const INTERNAL: HttpMapping = { status: 500, type: 'server_error', code: 'internal_error' };
 
-export function httpMapping(code: string): HttpMapping {
+export function httpMapping(code: KiwiErrorCode): HttpMapping {
   return TABLE[code] ?? INTERNAL;
 }
 

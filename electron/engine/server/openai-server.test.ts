@@ -237,7 +237,7 @@ describe('raw HTTP', () => {
     const sock = connect(server.port, '127.0.0.1');
     await new Promise<void>((resolve) => sock.once('connect', () => resolve()));
     const payload = JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1500, stream: true });
-    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`);
+    sock.write(`POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`);
     sock.pause(); // never read: the server's writes to it back up
     await eventually(() => !kvPoolIsFull(), 'the slow request runs');
     const expected = await directGreedy(direct, 'The cat', 16);

@@ -1,11 +1,14 @@
 // Ring links between session participants: the host hands each pair of ring neighbours a fresh
-// link key; the initiator tries the responder's direct addresses (WebSocket) and falls back to a
-// link relayed by the rendezvous. Either way the link is a secure-link (authenticated, encrypted).
+// link key; the initiator first tries a WebRTC data channel (ICE over UDP, which punches through
+// most home NATs; its offer, answer and candidates travel as 'ice' control messages through the
+// host), then the responder's direct addresses (WebSocket), then a link relayed by the rendezvous.
+// Every kind is wrapped in a secure-link (authenticated, encrypted with the link key).
 // Each link's RTT and throughput are measured once it is up; the statuses feed the planner, the
 // choice of each link's activation encoding, and `status()`.
 import { EventEmitter } from 'node:events';
 import { isKiwiError } from '../errors.js';
 import { RelayChannel } from '../rendezvous/protocol.js';
+import type { IcePeer, IceSignal } from '../transport/ice-link.js';
 import type { Link } from '../transport/link.js';
 import type { LinkRole } from '../transport/secure-channel.js';
 import { measureThroughput } from '../transport/link-throughput.js';
@@ -27,6 +30,8 @@ export interface RingLinkStatus {
   peer: number;
   state: 'connecting' | 'up' | 'failed' | 'closed';
   kind: 'direct' | 'relayed' | undefined;
+  /** What a direct link runs over: udp (ICE data channel) or tcp (WebSocket); relay for relayed ones. */
+  transport?: 'udp' | 'tcp' | 'relay';
   rttMs: number | undefined;
   /** Bulk bytes it carries, MB/s (10^6 bytes), measured with the RTT. */
   throughputMBps?: number;
@@ -42,6 +47,10 @@ export interface LinkManagerOptions {
   maxPayloadBytes?: number;
   dialTimeoutMs?: number;
   handshakeTimeoutMs?: number;
+  /** ICE links (tried before WebSocket and relay); undefined: off, and offers are refused. */
+  ice?: { iceServers: readonly string[]; timeoutMs?: number; bindAddress?: string };
+  /** Carries an ICE signal to ring neighbour `peer` (through the host's control channel). */
+  sendSignal?: (peer: number, linkId: Uint8Array, signal: IceSignal) => void;
 }
 
 interface Entry {
@@ -49,6 +58,8 @@ interface Entry {
   link: SecureLink | undefined;
   status: RingLinkStatus;
   generation: number;
+  /** The ICE attempt in progress for this link, if any. */
+  ice: IcePeer | undefined;
 }
 
 const MAX_PAYLOAD_BYTES = 16 * 1024 * 1024;
@@ -61,6 +72,7 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
   private closed = false;
   private generation = 0;
   private readonly maxPayloadBytes: number;
+  private icePeer: typeof IcePeer | undefined;
 
   constructor(private readonly opts: LinkManagerOptions) {
     super();
@@ -70,8 +82,10 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
     });
   }
 
-  /** Starts the direct listener; returns the addresses to advertise. */
+  /** Starts the direct listener (and loads the ICE library when ICE is on); returns the addresses to advertise. */
   async start(): Promise<string[]> {
+    // Loaded here, not on first use, so that signals are handled synchronously; a session with ICE off never loads the native library.
+    if (this.opts.ice !== undefined) this.icePeer = (await import('../transport/ice-link.js')).IcePeer;
     if (this.opts.listenHost === undefined) return [];
     this.listener = await listenDirect({
       host: this.opts.listenHost,
@@ -89,7 +103,9 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
       link: undefined,
       status: { peer: assignment.peer, state: 'connecting', kind: undefined, rttMs: undefined },
       generation: ++this.generation,
+      ice: undefined,
     };
+    old?.ice?.close();
     this.entries.set(assignment.peer, entry);
     if (assignment.role === 'initiator') void this.connect(entry);
   }
@@ -98,7 +114,29 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
   remove(peer: number): void {
     const e = this.entries.get(peer);
     this.entries.delete(peer);
+    e?.ice?.close();
     e?.link?.close('peer left the ring');
+  }
+
+  /**
+   * An ICE signal from ring neighbour `from` for link `linkId`. An offer to a responder starts its
+   * side of the attempt (or is refused when ICE is off); the rest go to the attempt in progress.
+   * Signals for other links are dropped.
+   */
+  signal(from: number, linkId: Uint8Array, s: IceSignal): void {
+    const entry = this.entries.get(from);
+    if (entry === undefined || Buffer.compare(entry.assignment.linkId, linkId) !== 0) return;
+    if (entry.assignment.role === 'responder' && s.kind === 'offer') {
+      entry.ice?.close();
+      entry.ice = undefined;
+      if (this.icePeer === undefined || this.opts.sendSignal === undefined) {
+        this.opts.sendSignal?.(from, linkId, { kind: 'unavailable' });
+        return;
+      }
+      void this.answerIce(entry, s);
+      return;
+    }
+    entry.ice?.signal(s);
   }
 
   link(peer: number): SecureLink | undefined {
@@ -111,7 +149,10 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const e of this.entries.values()) e.link?.close('session closed');
+    for (const e of this.entries.values()) {
+      e.ice?.close();
+      e.link?.close('session closed');
+    }
     this.entries.clear();
     await this.listener?.close();
   }
@@ -127,8 +168,9 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
     for (let attempt = 0; attempt < RETRIES && !this.closed; attempt++) {
       if (attempt > 0) await new Promise((r) => setTimeout(r, RETRY_DELAY_MS * attempt));
       if (!this.current(entry)) return;
-      // Direct first: every advertised address, then the relay.
+      // ICE (UDP) first, on the first attempt; then every advertised address, then the relay.
       const routes: Array<() => Promise<Link>> = [
+        ...(attempt === 0 && this.icePeer !== undefined && this.opts.sendSignal !== undefined ? [() => this.dialIce(entry)] : []),
         ...a.addresses.map((url) => () => dialDirect(url, { maxPayloadBytes: this.maxPayloadBytes + 64, timeoutMs: this.opts.dialTimeoutMs ?? 2000 })),
         async () => this.opts.rendezvous.relayLink(a.peer, RelayChannel.DATA),
       ];
@@ -153,6 +195,59 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
       }
     }
     if (this.current(entry)) this.setStatus(entry, { ...entry.status, state: 'failed', error: lastError });
+  }
+
+  private async dialIce(entry: Entry): Promise<Link> {
+    const IcePeer = this.icePeer!;
+    const a = entry.assignment;
+    const ice = this.opts.ice!;
+    const peer = new IcePeer({
+      role: 'initiator',
+      iceServers: ice.iceServers,
+      maxMessageBytes: this.maxPayloadBytes + 64,
+      ...(ice.timeoutMs !== undefined ? { timeoutMs: ice.timeoutMs } : {}),
+      ...(ice.bindAddress !== undefined ? { bindAddress: ice.bindAddress } : {}),
+      sendSignal: (s) => this.opts.sendSignal!(a.peer, a.linkId, s),
+    });
+    entry.ice = peer;
+    try {
+      return await peer.link;
+    } finally {
+      if (entry.ice === peer) entry.ice = undefined;
+    }
+  }
+
+  private async answerIce(entry: Entry, offer: IceSignal): Promise<void> {
+    // Synchronous up to `entry.ice = peer`: candidates that follow the offer must find the attempt.
+    const IcePeer = this.icePeer!;
+    const a = entry.assignment;
+    const ice = this.opts.ice!;
+    const peer = new IcePeer({
+      role: 'responder',
+      iceServers: ice.iceServers,
+      maxMessageBytes: this.maxPayloadBytes + 64,
+      ...(ice.timeoutMs !== undefined ? { timeoutMs: ice.timeoutMs } : {}),
+      ...(ice.bindAddress !== undefined ? { bindAddress: ice.bindAddress } : {}),
+      sendSignal: (s) => this.opts.sendSignal!(a.peer, a.linkId, s),
+    });
+    entry.ice = peer;
+    peer.signal(offer);
+    let link: Link;
+    try {
+      link = await peer.link;
+    } catch (err) {
+      // The initiator reports the failure and falls back.
+      if (!isKiwiError(err)) throw err;
+      return;
+    } finally {
+      if (entry.ice === peer) entry.ice = undefined;
+    }
+    if (!this.current(entry)) {
+      link.close('superseded');
+      return;
+    }
+    // Only the assigned neighbour can have answered through the host for this link id.
+    this.accept(link, a.peer);
   }
 
   private accept(link: Link, relayPeer: number | undefined): void {
@@ -190,7 +285,8 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
   private async up(entry: Entry, secure: SecureLink): Promise<void> {
     entry.link = secure;
     const kind = secure.kind === 'relayed' ? 'relayed' : 'direct';
-    this.setStatus(entry, { peer: entry.assignment.peer, state: 'up', kind, rttMs: undefined });
+    const transport = secure.kind === 'relayed' ? 'relay' : secure.kind === 'direct-udp' ? 'udp' : 'tcp';
+    this.setStatus(entry, { peer: entry.assignment.peer, state: 'up', kind, transport, rttMs: undefined });
     secure.onClose((info) => {
       if (entry.link !== secure || !this.current(entry)) return;
       entry.link = undefined;

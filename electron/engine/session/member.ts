@@ -2,29 +2,46 @@
 // the encrypted control link to the host, says hello (identity, name, direct addresses,
 // capabilities), sends heartbeats, and takes part in ring links. When the connection drops it
 // reconnects and rejoins with the same identity; a wrong code is final (PAKE_CONFIRMATION_FAILED).
-import { randomBytes } from 'node:crypto';
+// The identity is an Ed25519 key (identity.ts) whose hello signs each connection's PAKE
+// transcript; once approved, a member rejoins with the resume secret the host gave it, so a code
+// that stopped working (too many strangers guessing) does not lock it out.
 import { EventEmitter } from 'node:events';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { HOST_PEER, RelayChannel } from '../rendezvous/protocol.js';
+import { probeNatMapping, type NatMapping } from '../rendezvous/stun-nat.js';
 import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
-import { controlContext, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER, REPLACED_REASON } from './host.js';
+import { controlContext, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER, rejoinAad, rejoinScalar, REPLACED_REASON } from './host.js';
+import { fingerprint, generateIdentity, signHello, type MemberIdentity } from './identity.js';
+import { rendezvousStun } from '../transport/ice-servers.js';
 import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import type { Capabilities } from './membership.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, parseSessionCode } from './session-code.js';
 import { BINARY_CONTROL, decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost, type RosterEntry } from './session-messages.js';
+import { validateName } from './member-name.js';
 import { passwordScalar, spake2Start } from './spake2.js';
 
 export interface JoinOptions {
   code: string;
   rendezvousUrl: string;
   name: string;
-  /** Stable identity across reconnects; random when not given. */
+  /**
+   * The key this member is known by (identity.ts loadOrCreateIdentity keeps one on disk); without
+   * it a fresh one lives as long as this object, so reconnects keep it but a restart does not.
+   */
+  identity?: MemberIdentity;
+  /** When given, must be the identity's memberId (a check that the right key file was loaded). */
   memberId?: string;
   capabilities?: Capabilities;
   heartbeatMs?: number;
   /** Interface for this member's direct listener; undefined: relay only. */
   listenHost?: string;
+  /**
+   * ICE (WebRTC data channel) ring links, tried before WebSocket and relay; on by default (with
+   * host candidates only) whenever direct links are (listenHost set); `false` turns them off
+   * (`--no-ice`): offers from neighbours are then refused.
+   */
+  ice?: false | { iceServers?: readonly string[]; timeoutMs?: number };
   /** Addresses to advertise instead of the listener's own URL (a port forward, a NAT mapping). */
   advertise?: string[];
   /** Reconnect after a dropped connection (default true), at most this often. */
@@ -38,7 +55,8 @@ export interface JoinOptions {
 
 export interface MemberEvents {
   /** Admitted by the PAKE and greeted by the host; state 'pending' until the host approves. */
-  joined: [info: { state: 'pending' | 'active'; peer: number; rejoin: boolean }];
+  /** fingerprint: the same `xxxx-xxxx` the host sees; the host approves by it. */
+  joined: [info: { state: 'pending' | 'active'; peer: number; rejoin: boolean; fingerprint: string }];
   approved: [];
   rejected: [reason: string];
   disconnected: [reason: string];
@@ -64,7 +82,13 @@ interface Connection {
 
 export class MemberSession extends EventEmitter<MemberEvents> {
   readonly memberId: string;
+  readonly identity: MemberIdentity;
+  readonly name: string;
+  /** This connection's fingerprint (it changes with every connection's PAKE transcript). */
+  fingerprint: string | undefined;
   private conn: Connection | undefined;
+  /** From the host once approved: rejoin with it instead of the code. */
+  private resume: Uint8Array | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private stopped = false;
   private joins = 0;
@@ -77,7 +101,12 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     const code = parseSessionCode(opts.code);
     this.nameplate = code.nameplate;
     this.w = passwordScalar(codePassword(code), String(code.nameplate));
-    this.memberId = opts.memberId ?? randomBytes(12).toString('base64url');
+    this.name = validateName(opts.name);
+    this.identity = opts.identity ?? generateIdentity();
+    if (opts.memberId !== undefined && opts.memberId !== this.identity.memberId) {
+      throw new KiwiError('IDENTITY_INVALID', `Member id ${opts.memberId} is not the id of this identity key (${this.identity.memberId}); a member id cannot be chosen, it comes from the key.`);
+    }
+    this.memberId = this.identity.memberId;
   }
 
   get peer(): number | undefined {
@@ -93,6 +122,9 @@ export class MemberSession extends EventEmitter<MemberEvents> {
   roster(): readonly RosterEntry[] {
     return this.rosterNow;
   }
+
+  /** How this member's NAT maps UDP, once measured (reportNat). */
+  natMapping: NatMapping['mapping'] | undefined;
 
   linkStatuses(): RingLinkStatus[] {
     return this.conn?.links.statuses() ?? [];
@@ -143,12 +175,15 @@ export class MemberSession extends EventEmitter<MemberEvents> {
 
   private async handshake(client: RendezvousClient): Promise<void> {
     const timeoutMs = this.opts.timeoutMs ?? 15_000;
-    const { peer } = await client.claim(this.nameplate);
-    const pake = spake2Start({ role: 'A', w: this.w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(this.nameplate) });
+    const resume = this.resume;
+    const { peer } = await client.claim(this.nameplate, { rejoin: resume !== undefined });
+    const pake = resume !== undefined
+      ? spake2Start({ role: 'A', w: rejoinScalar(resume, this.nameplate, this.memberId), idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: rejoinAad(this.nameplate, this.memberId) })
+      : spake2Start({ role: 'A', w: this.w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(this.nameplate) });
     const admitted = once(client, 'admitted', timeoutMs, 'admission');
     admitted.catch(() => undefined);
     const replyRaw = once(client, 'from', timeoutMs, 'the host\'s key exchange reply');
-    client.send(HOST_PEER, { kind: 'pake', msg: toB64(pake.message) });
+    client.send(HOST_PEER, resume !== undefined ? { kind: 'rejoin', memberId: this.memberId, msg: toB64(pake.message) } : { kind: 'pake', msg: toB64(pake.message) });
     const [from, raw] = await replyRaw;
     if (from !== HOST_PEER) throw new KiwiError('PAKE_UNEXPECTED', `Peer ${from} interfered with the key exchange.`);
     const reply = parseBody(PakeBody, raw);
@@ -161,14 +196,26 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     const control = await openSecureLink(client.relayLink(HOST_PEER, RelayChannel.CONTROL), {
       role: 'initiator', secret: { secret: result.sessionKey, context: controlContext(this.nameplate, peer) }, timeoutMs,
     });
-    const links = new LinkManager({ rendezvous: client, listenHost: this.opts.listenHost, nameplate: this.nameplate, selfPeer: peer });
+    const iceOpt = this.opts.ice;
+    const rvStun = rendezvousStun(this.opts.rendezvousUrl);
+    const links = new LinkManager({
+      rendezvous: client, listenHost: this.opts.listenHost, nameplate: this.nameplate, selfPeer: peer,
+      // Relay-only (no listenHost) takes no direct links of any kind.
+      ...(iceOpt !== false && this.opts.listenHost !== undefined ? { ice: { iceServers: [...(rvStun !== undefined ? [rvStun] : []), ...(iceOpt?.iceServers ?? [])], ...(iceOpt?.timeoutMs !== undefined ? { timeoutMs: iceOpt.timeoutMs } : {}) } } : {}),
+      sendSignal: (to, linkId, signal) => {
+        if (!control.closed) control.send(encodeControl({ type: 'ice', peer: to, linkId: toB64(linkId), signal }));
+      },
+    });
     const listening = await links.start();
     const addresses = this.opts.advertise ?? listening;
     links.on('status', (s) => {
       this.emit('link', s);
       if (control.closed) return;
       if (s.state === 'up' && s.kind !== undefined && s.rttMs !== undefined) {
-        control.send(encodeControl({ type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs, ...(s.throughputMBps !== undefined ? { throughputMBps: s.throughputMBps } : {}) }));
+        control.send(encodeControl({
+          type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs,
+          ...(s.transport !== undefined ? { transport: s.transport } : {}), ...(s.throughputMBps !== undefined ? { throughputMBps: s.throughputMBps } : {}),
+        }));
       } else if (s.state === 'closed' || s.state === 'failed') {
         control.send(encodeControl({ type: 'link-down', peer: s.peer, state: s.state, reason: (s.error ?? s.state).slice(0, 200) }));
       }
@@ -190,6 +237,7 @@ export class MemberSession extends EventEmitter<MemberEvents> {
         }
         if (msg.type === 'welcome') {
           clearTimeout(timer);
+          if (msg.resume !== undefined) this.resume = fromB64(msg.resume);
           resolve(msg.state);
           return;
         }
@@ -207,7 +255,13 @@ export class MemberSession extends EventEmitter<MemberEvents> {
         reject(info.error ?? new KiwiError('SESSION_DISCONNECTED', `The control link closed: ${info.reason}.`));
       });
     });
-    control.send(encodeControl({ type: 'hello', memberId: this.memberId, name: this.opts.name, addresses, ...(this.opts.capabilities ? { capabilities: this.opts.capabilities } : {}) }));
+    const signature = signHello(this.identity, this.nameplate, peer, result.transcriptHash);
+    const fp = fingerprint(this.identity.publicKey, result.transcriptHash);
+    this.fingerprint = fp;
+    control.send(encodeControl({
+      type: 'hello', memberId: this.memberId, name: this.name, publicKey: toB64(this.identity.publicKey), signature: toB64(signature), addresses,
+      ...(this.opts.capabilities ? { capabilities: this.opts.capabilities } : {}),
+    }));
     const state = await welcome;
     this.conn = { client, control, links, peer };
     // Only the current connection's end counts: an older one's may come later.
@@ -225,16 +279,46 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     this.heartbeat = setInterval(() => {
       if (!control.closed) control.send(encodeControl({ type: 'heartbeat' }));
     }, this.opts.heartbeatMs ?? 5000);
-    this.emit('joined', { state, peer, rejoin: this.joins++ > 0 });
+    this.emit('joined', { state, peer, rejoin: this.joins++ > 0, fingerprint: fp });
+    if (this.opts.ice !== false && this.opts.listenHost !== undefined) void this.reportNat(control);
+  }
+
+  /**
+   * Measures how this member's NAT maps UDP against the rendezvous's two STUN ports and adds it to
+   * the capabilities the host sees: `nat` (the planner's 'permissive' / 'restrictive') and
+   * `nat_mapping`. Nothing is reported when the rendezvous runs no STUN service.
+   */
+  private async reportNat(control: SecureLink): Promise<void> {
+    let url: URL;
+    try {
+      url = new URL(this.opts.rendezvousUrl);
+    } catch {
+      return;
+    }
+    const port = Number(url.port || (url.protocol === 'wss:' ? 443 : 80));
+    let probe;
+    try {
+      probe = await probeNatMapping({ host: url.hostname.replace(/^\[|\]$/g, ''), port });
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      return;
+    }
+    this.natMapping = probe.mapping;
+    if (probe.natClass === undefined || control.closed) return;
+    control.send(encodeControl({ type: 'capabilities', capabilities: { ...(this.opts.capabilities ?? {}), nat: probe.natClass, nat_mapping: probe.mapping } }));
   }
 
   private onHostMessage(msg: HostToMember, links: LinkManager): void {
     switch (msg.type) {
       case 'approved':
+        if (msg.resume !== undefined) this.resume = fromB64(msg.resume);
         this.emit('approved');
         return;
       case 'link':
         links.assign({ peer: msg.peer, linkId: fromB64(msg.linkId), secret: fromB64(msg.secret), role: msg.role, addresses: msg.addresses });
+        return;
+      case 'ice':
+        links.signal(msg.peer, fromB64(msg.linkId), msg.signal);
         return;
       case 'evicted':
         this.emit('warning', new KiwiError('SESSION_EVICTED', `The host evicted this member: ${msg.reason}.`));
@@ -294,6 +378,12 @@ export class MemberSession extends EventEmitter<MemberEvents> {
         if (err.code === 'NAMEPLATE_UNKNOWN') {
           this.fatal(new KiwiError('SESSION_ENDED', 'The host ended the session.'));
           return;
+        }
+        // A resume the host no longer knows (it forgot the member): the code is the way back in.
+        if (this.resume !== undefined && ['PAKE_CONFIRMATION_FAILED', 'PAKE_UNEXPECTED', 'SESSION_REJECTED'].includes(err.code)) {
+          this.resume = undefined;
+          this.emit('warning', err);
+          continue;
         }
         // A wrong code or a closed session will not get better by retrying.
         if (['PAKE_CONFIRMATION_FAILED', 'SESSION_REJECTED', 'NAMEPLATE_CLOSED', 'NAMEPLATE_UNKNOWN'].includes(err.code)) {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { activeMembers, apply, initialMembership, type MembershipChange, type MembershipConfig, type MembershipEvent, type MemberState } from './membership.js';
+import { activeMembers, apply, initialMembership, resolveMember, type MembershipChange, type MembershipConfig, type MembershipEvent, type MemberState } from './membership.js';
 
-const join = (memberId: string, at: number, peer = 1): MembershipEvent => ({ type: 'join-requested', memberId, name: `name-${memberId}`, peer, addresses: ['ws://127.0.0.1:1'], at });
+const join = (memberId: string, at: number, peer = 1, name = `name-${memberId}`, fingerprint = `fp${memberId.padEnd(2, '0').slice(0, 2)}-0000`): MembershipEvent =>
+  ({ type: 'join-requested', memberId, name, fingerprint, peer, addresses: ['ws://127.0.0.1:1'], at });
 
 function run(events: MembershipEvent[], config: Partial<MembershipConfig> = { softEvictMs: 15_000, hardEvictMs: 120_000, autoApprove: true }) {
   let state = initialMembership(config);
@@ -74,5 +75,44 @@ describe('membership reducer', () => {
     apply({ type: 'tick', at: 1e9 }, s1);
     expect(s0.members.size).toBe(0);
     expect(s1.members.get('a')?.state).toBe('active');
+  });
+
+  describe('naming the member a decision is for (an impostor may take any name)', () => {
+    const manual = { softEvictMs: 15_000, hardEvictMs: 120_000, autoApprove: false };
+    const friend = join('friend-key-1', 0, 1, 'ada', 'abcd-efgh');
+    const impostor = join('impostor-key', 1, 2, 'ada', 'wxyz-1234');
+    const state = (events: MembershipEvent[]) => run(events, manual).state;
+    it.each([
+      ['a unique pending name', [friend], 'ada', 'friend-key-1'],
+      ['a fingerprint', [friend, impostor], 'abcd-efgh', 'friend-key-1'],
+      ['a fingerprint typed without the hyphen, in capitals', [friend, impostor], 'WXYZ1234', 'impostor-key'],
+      ['a member id', [friend, impostor], 'friend-key-1', 'friend-key-1'],
+    ])('resolves %s', (_what, events, who, expected) => {
+      expect(resolveMember(state(events), who).memberId).toBe(expected);
+    });
+
+    it('refuses a name two pending members share, listing both fingerprints', () => {
+      const err = (() => {
+        try {
+          resolveMember(state([friend, impostor]), 'ada');
+        } catch (e) {
+          return e as { code: string; message: string };
+        }
+        return undefined;
+      })();
+      expect(err?.code).toBe('MEMBER_AMBIGUOUS');
+      expect(err?.message).toContain('abcd-efgh');
+      expect(err?.message).toContain('wxyz-1234');
+    });
+
+    it('refuses a name an active member already has, so a newcomer cannot ride on it', () => {
+      const s = state([friend, { type: 'approved', memberId: 'friend-key-1', at: 1 }, impostor]);
+      expect(() => resolveMember(s, 'ada')).toThrow(expect.objectContaining({ code: 'MEMBER_AMBIGUOUS' }));
+      expect(resolveMember(s, 'wxyz-1234').memberId).toBe('impostor-key');
+    });
+
+    it('says who is waiting when nobody matches', () => {
+      expect(() => resolveMember(state([friend]), 'bob')).toThrow(expect.objectContaining({ code: 'MEMBER_NOT_FOUND', message: expect.stringContaining('abcd-efgh') }));
+    });
   });
 });

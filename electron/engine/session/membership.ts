@@ -3,7 +3,11 @@
 // the host's loop only feeds events. Soft eviction takes a silent member out of the ring while it
 // may still come back; hard eviction forgets its place (K.I.W.I. defaults: 15 s and 120 s).
 // A member keeps its identity (memberId) across reconnects: once approved, it rejoins without
-// asking again.
+// asking again. Names are not unique and anybody with the code can pick one, so a decision names
+// its member by id or fingerprint; a bare name only when it is unambiguous (resolveMember).
+import { KiwiError } from '../errors.js';
+import { normalizeFingerprint } from './identity.js';
+import { sanitizeName } from './member-name.js';
 
 export interface MembershipConfig {
   softEvictMs: number;
@@ -21,6 +25,8 @@ export type Capabilities = Readonly<Record<string, unknown>>;
 export interface MemberRecord {
   readonly memberId: string;
   readonly name: string;
+  /** identity.ts fingerprint of its key and its latest connection's PAKE transcript (`xxxx-xxxx`). */
+  readonly fingerprint: string;
   /** The member's peer number on the rendezvous for its current connection. */
   readonly peer: number;
   readonly state: MemberState;
@@ -38,7 +44,7 @@ export interface MembershipState {
 }
 
 export type MembershipEvent =
-  | { type: 'join-requested'; memberId: string; name: string; peer: number; addresses: readonly string[]; at: number }
+  | { type: 'join-requested'; memberId: string; name: string; fingerprint: string; peer: number; addresses: readonly string[]; at: number }
   | { type: 'approved'; memberId: string; at: number }
   | { type: 'rejected'; memberId: string; at: number }
   | { type: 'capabilities-reported'; memberId: string; capabilities: Capabilities; at: number }
@@ -48,11 +54,11 @@ export type MembershipEvent =
   | { type: 'tick'; at: number };
 
 export type MembershipChange =
-  | { type: 'member-pending'; memberId: string; name: string }
-  | { type: 'member-joined'; memberId: string; name: string; rejoined: boolean }
-  | { type: 'member-rejected'; memberId: string; name: string }
-  | { type: 'member-recovered'; memberId: string; name: string }
-  | { type: 'member-left'; memberId: string; name: string; reason: 'left' | 'soft-evicted' | 'hard-evicted' };
+  | { type: 'member-pending'; memberId: string; name: string; fingerprint: string }
+  | { type: 'member-joined'; memberId: string; name: string; fingerprint: string; rejoined: boolean }
+  | { type: 'member-rejected'; memberId: string; name: string; fingerprint: string }
+  | { type: 'member-recovered'; memberId: string; name: string; fingerprint: string }
+  | { type: 'member-left'; memberId: string; name: string; fingerprint: string; reason: 'left' | 'soft-evicted' | 'hard-evicted' };
 
 export interface Transition {
   state: MembershipState;
@@ -77,12 +83,12 @@ export function apply(event: MembershipEvent, state: MembershipState): Transitio
     for (const m of state.members.values()) {
       const silentMs = event.at - m.lastSeenMs;
       if (m.state === 'active' && silentMs >= cfg.softEvictMs) {
-        changes.push({ type: 'member-left', memberId: m.memberId, name: m.name, reason: 'soft-evicted' });
+        changes.push({ type: 'member-left', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint, reason: 'soft-evicted' });
         put({ ...m, state: 'soft-evicted' });
       }
       const now = members.get(m.memberId) as MemberRecord;
       if ((now.state === 'soft-evicted' || now.state === 'pending') && silentMs >= cfg.hardEvictMs) {
-        if (now.state === 'soft-evicted') changes.push({ type: 'member-left', memberId: m.memberId, name: m.name, reason: 'hard-evicted' });
+        if (now.state === 'soft-evicted') changes.push({ type: 'member-left', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint, reason: 'hard-evicted' });
         put({ ...now, state: 'evicted', connected: false });
       }
     }
@@ -92,16 +98,16 @@ export function apply(event: MembershipEvent, state: MembershipState): Transitio
   const m = state.members.get(event.memberId);
   switch (event.type) {
     case 'join-requested': {
-      const base = { memberId: event.memberId, name: event.name, peer: event.peer, addresses: [...event.addresses], connected: true, lastSeenMs: event.at };
+      const base = { memberId: event.memberId, name: event.name, fingerprint: event.fingerprint, peer: event.peer, addresses: [...event.addresses], connected: true, lastSeenMs: event.at };
       if (m === undefined) {
         const approved = cfg.autoApprove;
         put({ ...base, state: approved ? 'active' : 'pending', approved, capabilities: undefined, joinedAtMs: event.at });
-        changes.push(approved ? { type: 'member-joined', memberId: event.memberId, name: event.name, rejoined: false } : { type: 'member-pending', memberId: event.memberId, name: event.name });
+        changes.push(approved ? { type: 'member-joined', memberId: event.memberId, name: event.name, fingerprint: event.fingerprint, rejoined: false } : { type: 'member-pending', memberId: event.memberId, name: event.name, fingerprint: event.fingerprint });
       } else if (m.state === 'rejected') {
-        changes.push({ type: 'member-rejected', memberId: m.memberId, name: m.name });
+        changes.push({ type: 'member-rejected', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint });
       } else if (m.approved) {
         put({ ...m, ...base, state: 'active' });
-        changes.push({ type: 'member-joined', memberId: m.memberId, name: event.name, rejoined: true });
+        changes.push({ type: 'member-joined', memberId: m.memberId, name: event.name, fingerprint: event.fingerprint, rejoined: true });
       } else {
         put({ ...m, ...base, state: 'pending' });
       }
@@ -110,13 +116,13 @@ export function apply(event: MembershipEvent, state: MembershipState): Transitio
     case 'approved':
       if (m?.state === 'pending') {
         put({ ...m, state: 'active', approved: true, lastSeenMs: event.at });
-        changes.push({ type: 'member-joined', memberId: m.memberId, name: m.name, rejoined: false });
+        changes.push({ type: 'member-joined', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint, rejoined: false });
       }
       break;
     case 'rejected':
       if (m?.state === 'pending') {
         put({ ...m, state: 'rejected', connected: false });
-        changes.push({ type: 'member-rejected', memberId: m.memberId, name: m.name });
+        changes.push({ type: 'member-rejected', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint });
       }
       break;
     case 'heartbeat':
@@ -125,7 +131,7 @@ export function apply(event: MembershipEvent, state: MembershipState): Transitio
       const capabilities = event.type === 'capabilities-reported' ? event.capabilities : m.capabilities;
       if (m.state === 'soft-evicted') {
         put({ ...m, state: 'active', connected: true, lastSeenMs: event.at, capabilities });
-        changes.push({ type: 'member-recovered', memberId: m.memberId, name: m.name });
+        changes.push({ type: 'member-recovered', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint });
       } else {
         put({ ...m, connected: true, lastSeenMs: event.at, capabilities });
       }
@@ -138,7 +144,7 @@ export function apply(event: MembershipEvent, state: MembershipState): Transitio
     case 'left':
       if (m !== undefined && (m.state === 'active' || m.state === 'soft-evicted' || m.state === 'pending')) {
         put({ ...m, state: 'left', connected: false });
-        if (m.state !== 'pending') changes.push({ type: 'member-left', memberId: m.memberId, name: m.name, reason: 'left' });
+        if (m.state !== 'pending') changes.push({ type: 'member-left', memberId: m.memberId, name: m.name, fingerprint: m.fingerprint, reason: 'left' });
       }
       break;
   }
@@ -148,4 +154,32 @@ export function apply(event: MembershipEvent, state: MembershipState): Transitio
 /** Members that take part in the ring now. */
 export function activeMembers(state: MembershipState): MemberRecord[] {
   return [...state.members.values()].filter((m) => m.state === 'active');
+}
+
+const STILL_HERE: readonly MemberState[] = ['pending', 'active', 'soft-evicted'];
+
+/**
+ * The member a host's decision names: its id, its fingerprint (any case, hyphen optional) or its
+ * name. A name decides only when no other member present has it; otherwise MEMBER_AMBIGUOUS lists
+ * the fingerprints to choose from, since an impostor may take any name.
+ */
+export function resolveMember(state: MembershipState, who: string, among: readonly MemberState[] = ['pending']): MemberRecord {
+  const text = who.trim();
+  const candidates = [...state.members.values()].filter((m) => among.includes(m.state));
+  const byId = candidates.find((m) => m.memberId === text);
+  if (byId !== undefined) return byId;
+  const fp = normalizeFingerprint(text);
+  const byFp = fp === undefined ? [] : candidates.filter((m) => m.fingerprint === fp);
+  if (byFp.length === 1) return byFp[0] as MemberRecord;
+  const name = sanitizeName(text);
+  const named = candidates.filter((m) => m.name === name);
+  const sameName = [...state.members.values()].filter((m) => m.name === name && (STILL_HERE.includes(m.state) || among.includes(m.state)));
+  const describe = (ms: readonly MemberRecord[]): string => ms.map((m) => `${m.name} ${m.fingerprint} (${m.state}, id ${m.memberId})`).join('; ');
+  if (named.length === 1 && sameName.length === 1) return named[0] as MemberRecord;
+  if (named.length >= 1 || byFp.length > 1) {
+    const listed = byFp.length > 1 ? byFp : sameName;
+    throw new KiwiError('MEMBER_AMBIGUOUS', `More than one member is called '${name}': ${describe(listed)}. Compare the fingerprint with the one on your friend's screen and type 'approve FINGERPRINT'.`);
+  }
+  const waiting = candidates.length > 0 ? ` Waiting: ${describe(candidates)}.` : ' Nobody is waiting.';
+  throw new KiwiError('MEMBER_NOT_FOUND', `No ${among.join(' or ')} member is called or has the fingerprint or id '${name}'.${waiting}`);
 }

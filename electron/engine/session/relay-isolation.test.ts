@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canUseNetns } from '../test-support/netns-star.js';
 import { ProcessSet, tsEntry, waitEvent, type Proc } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
@@ -16,15 +17,7 @@ const ns = { rv: `kiwi-rv-${tag}`, a: `kiwi-a-${tag}`, b: `kiwi-b-${tag}` };
 const dump = join(tmpdir(), `kiwi-relay-dump-${tag}.log`);
 const SECRET = 'plaintext-activations-7f3a';
 
-function canUseNetns(): boolean {
-  if (process.env.KIWI_TEST_NO_NETNS === '1' || process.platform !== 'linux' || process.getuid?.() !== 0) return false;
-  try {
-    execFileSync('ip', ['netns', 'list'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
+// Where namespaces cannot be made the test runs on loopback; a missing `ip` fails, saying what to install.
 const useNetns = canUseNetns();
 
 const ip = (...args: string[]): void => void execFileSync('ip', args, { stdio: 'pipe' });

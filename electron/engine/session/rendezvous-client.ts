@@ -2,7 +2,7 @@
 // bodies with peers (the PAKE), and relayed links to peers (binary frames the rendezvous forwards
 // but cannot read; secure-link.ts encrypts them). Every server message is validated on arrival.
 import { EventEmitter } from 'node:events';
-import { isKiwiError, KiwiError } from '../errors.js';
+import { isKiwiError, KiwiError, knownCodeOr } from '../errors.js';
 import { decodeRelay, encodeRelay, parseMessage, RENDEZVOUS_PROTOCOL_VERSION, ServerMessage, type ClientMessage } from '../rendezvous/protocol.js';
 import { BaseLink } from '../transport/link.js';
 import { connectWs, type WsConnection } from '../transport/ws.js';
@@ -11,7 +11,8 @@ const MAX_TEXT_BYTES = 64 * 1024;
 const MAX_RELAY_BYTES = 16 * 1024 * 1024 + 1024;
 
 export interface RendezvousClientEvents {
-  'peer-joined': [peer: number];
+  /** rejoin: the peer claimed as a returning member (resume secret), not with the code. */
+  'peer-joined': [peer: number, rejoin: boolean];
   'peer-left': [peer: number];
   from: [from: number, body: Record<string, unknown>];
   admitted: [];
@@ -27,6 +28,8 @@ export class RendezvousClient extends EventEmitter<RendezvousClientEvents> {
   private waiting: { expect: 'opened' | 'claimed'; resolve(m: ServerMessage): void; reject(e: Error): void } | undefined;
   private readonly links = new Map<string, RelayLink>();
   private closedReason: string | undefined;
+  /** When this side last unlinked each relayed link (peer/channel). */
+  private readonly unlinkedAt = new Map<string, number>();
   nameplate: number | undefined;
   peer: number | undefined;
 
@@ -54,8 +57,8 @@ export class RendezvousClient extends EventEmitter<RendezvousClientEvents> {
     return { nameplate: m.nameplate, peer: m.peer };
   }
 
-  async claim(nameplate: number): Promise<{ peer: number }> {
-    const m = await this.request({ t: 'claim', v: RENDEZVOUS_PROTOCOL_VERSION, nameplate }, 'claimed');
+  async claim(nameplate: number, opts: { rejoin?: boolean } = {}): Promise<{ peer: number }> {
+    const m = await this.request({ t: 'claim', v: RENDEZVOUS_PROTOCOL_VERSION, nameplate, ...(opts.rejoin === true ? { rejoin: true as const } : {}) }, 'claimed');
     if (m.t !== 'claimed') throw new Error('unreachable');
     this.nameplate = m.nameplate;
     this.peer = m.peer;
@@ -90,9 +93,19 @@ export class RendezvousClient extends EventEmitter<RendezvousClientEvents> {
     this.onClose('closed by this side');
   }
 
-  /** @internal used by RelayLink */
+  /**
+   * @internal used by RelayLink. At most one unlink per link a second: a peer that floods a relayed
+   * link this side closed opens (and at once closes) a new incoming link per message, and answering
+   * each would run this client into the rendezvous's rate limit.
+   */
   sendUnlink(peer: number, channel: number): void {
-    if (this.closedReason === undefined) this.write({ t: 'unlink', to: peer, channel });
+    if (this.closedReason !== undefined) return;
+    const key = `${peer}/${channel}`;
+    const now = Date.now();
+    if (now - (this.unlinkedAt.get(key) ?? -Infinity) < 1000) return;
+    if (this.unlinkedAt.size >= 1024) this.unlinkedAt.clear();
+    this.unlinkedAt.set(key, now);
+    this.write({ t: 'unlink', to: peer, channel });
   }
 
   /** @internal used by RelayLink */
@@ -134,14 +147,14 @@ export class RendezvousClient extends EventEmitter<RendezvousClientEvents> {
     const waiting = this.waiting;
     if (waiting !== undefined && (msg.t === waiting.expect || msg.t === 'error' || msg.t === 'nameplate-closed')) {
       this.waiting = undefined;
-      if (msg.t === 'error') waiting.reject(new KiwiError(msg.code, msg.message));
+      if (msg.t === 'error') waiting.reject(new KiwiError(knownCodeOr(msg.code, 'RENDEZVOUS_UNEXPECTED'), msg.message));
       else if (msg.t === 'nameplate-closed') waiting.reject(new KiwiError('NAMEPLATE_CLOSED', `The session is closed: ${msg.reason}.`));
       else waiting.resolve(msg);
       return;
     }
     switch (msg.t) {
       case 'peer-joined':
-        this.emit('peer-joined', msg.peer);
+        this.emit('peer-joined', msg.peer, msg.rejoin === true);
         return;
       case 'peer-left':
         for (const [key, link] of this.links) if (key.startsWith(`${msg.peer}/`)) link.remoteGone('peer left the rendezvous');
@@ -160,7 +173,7 @@ export class RendezvousClient extends EventEmitter<RendezvousClientEvents> {
         this.emit('nameplate-closed', msg.reason);
         return;
       case 'error':
-        this.emit('server-error', new KiwiError(msg.code, msg.message));
+        this.emit('server-error', new KiwiError(knownCodeOr(msg.code, 'RENDEZVOUS_UNEXPECTED'), msg.message));
         return;
       default:
         this.emit('server-error', new KiwiError('RENDEZVOUS_UNEXPECTED', `Unexpected '${msg.t}' from the rendezvous.`));

@@ -7,7 +7,9 @@ const utf8 = (s: string): Uint8Array => new TextEncoder().encode(s);
 
 describe('session messages', () => {
   it('round-trips a hello', () => {
-    const hello: MemberToHost = { type: 'hello', memberId: 'abcdefgh12', name: 'ada', addresses: ['ws://127.0.0.1:4000'] };
+    const hello: MemberToHost = {
+      type: 'hello', memberId: 'abcdefgh12', name: 'ada', publicKey: Buffer.alloc(32, 1).toString('base64'), signature: Buffer.alloc(64, 2).toString('base64'), addresses: ['ws://127.0.0.1:4000'],
+    };
     expect(decodeControl(MemberToHost, encodeControl(hello))).toEqual(hello);
   });
 

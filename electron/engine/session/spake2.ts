@@ -61,6 +61,12 @@ export function passwordScalar(password: string, salt: string): bigint {
   return bytesToBigInt(out) % ORDER;
 }
 
+/** w from a secret that already has full entropy (a resume secret): no stretching needed. */
+export function secretScalar(secret: Uint8Array, salt: string): bigint {
+  const out = new Uint8Array(hkdfSync('sha256', secret, Buffer.from(`kiwi spake2 secret v1|${salt}`), new Uint8Array(0), 40));
+  return bytesToBigInt(out) % ORDER;
+}
+
 export function spake2Start(opts: Spake2Options): Spake2Pending {
   const w = opts.w % ORDER;
   const secret = opts.secret ?? randomScalar();

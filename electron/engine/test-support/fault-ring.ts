@@ -96,7 +96,9 @@ export class FaultRing {
     const rv = spawnAt('rendezvous', ['rendezvous', '--host', place('rendezvous').listen, '--port', '0', '--json']);
     const rendezvousUrl = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous', 30_000)).url as string;
     const hostArgs = ['host', '--model', opts.model, '--port', '0', '--rendezvous', rendezvousUrl, '--auto-approve',
-      '--expect', String(opts.members.length), '--listen', place('host').listen, '--json', ...(opts.hostArgs ?? [])];
+      '--expect', String(opts.members.length), '--listen', place('host').listen, '--json',
+      // Fixed figures (its RAM; members' from their capabilities files): the layer ranges tests assert must not follow a noisy bench.
+      '--no-bench', ...(opts.hostArgs ?? [])];
     if (opts.heartbeatTimeoutS !== undefined) hostArgs.push('--heartbeat-timeout', String(opts.heartbeatTimeoutS));
     if (opts.recoveryTimeoutS !== undefined) hostArgs.push('--recovery-timeout', String(opts.recoveryTimeoutS));
     const host = spawnAt('host', hostArgs);

@@ -5,16 +5,17 @@
 // the host's API over the star like any client on the LAN. Needs root, iproute2 and, for loss, nft
 // (Debian package nftables).
 import { execFileSync } from 'node:child_process';
-import { createNetnsStar, type NetnsStar } from './netns-star.js';
+import { createNetnsStar, missingPackage, type NetnsStar } from './netns-star.js';
 
 const ip = (...args: string[]): string => execFileSync('ip', args, { stdio: 'pipe', encoding: 'utf8' });
 
-export function canUseNft(): boolean {
+/** Throws, saying what to install, unless `nft` (nftables) is installed: where namespaces work, nothing else excuses these tests. */
+export function requireNft(run: (command: string, args: string[]) => void = (c, a) => void execFileSync(c, a, { stdio: 'ignore' })): void {
   try {
-    execFileSync('nft', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
+    run('nft', ['--version']);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw missingPackage('nft', 'nftables', 'The network-fault tests');
+    throw err;
   }
 }
 

@@ -26,8 +26,9 @@ if (mode === 'rendezvous') {
   const [code, url, listenHost, name, secret, advertise] = args as [string, string, string, string, string, string | undefined];
   const member = new MemberSession({
     code, rendezvousUrl: url, name, listenHost, heartbeatMs: 500,
-    // An address nobody listens on: the direct attempt must fail and fall back to the relay.
-    ...(advertise !== undefined ? { advertise: [advertise] } : {}),
+    // An address nobody listens on: the direct attempt must fail and fall back to the relay (no
+    // UDP path either, which on loopback would always connect).
+    ...(advertise !== undefined ? { advertise: [advertise], ice: false as const } : {}),
   });
   member.on('link', (s) => {
     print({ event: 'link', peer: s.peer, state: s.state, kind: s.kind ?? null, error: s.error ?? null });

@@ -3,7 +3,8 @@
 // secure-link.ts builds the authenticated, encrypted channel on top of any of them.
 import { KiwiError } from '../errors.js';
 
-export type LinkKind = 'memory' | 'direct' | 'relayed';
+/** direct: a WebSocket over TCP; direct-udp: a WebRTC data channel (ice-link.ts). */
+export type LinkKind = 'memory' | 'direct' | 'direct-udp' | 'relayed';
 
 export interface LinkClose {
   /** 'local' (we closed), 'remote' (the other end or the network closed), 'error'. */

@@ -128,6 +128,11 @@ export class SecureLink {
     }
   }
 
+  /** Ends the link because of what the peer sent: an ERROR frame tells it why, then the link closes. */
+  fail(error: KiwiError): void {
+    if (this.closeInfo === undefined && !this.link.closed) this.abort(error);
+  }
+
   private frame(type: FrameType, payload: Uint8Array): Uint8Array {
     return this.channel !== undefined ? this.channel.seal(type, payload) : encodeFrame({ type, flags: 0, payload }, this.maxPayloadBytes);
   }

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { isKiwiError } from '../errors.js';
 import { zstdCompress } from './compression.js';
-import { decodeSafetensors, decodeStepFrame, encodeSafetensors, encodeStepFrame, type RawTensor, type StepFrame } from './tensor-frame.js';
+import { decodeSafetensors, decodeStepFrame, encodeSafetensors, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type RawTensor, type StepFrame } from './tensor-frame.js';
 
 const hiddenFrame = (batch: number, seq: number, width: number, seed = 1): StepFrame => {
   const hidden = new Float32Array(batch * seq * width);
@@ -128,11 +128,58 @@ describe('step frames', () => {
     const bytes = await encodeStepFrame(hiddenFrame(1, 1, 1024), { encoding: 'f32', zstd: false });
     await expectCode(decodeStepFrame(bytes, { maxBytes: 1024 }), 'FRAME_TOO_LARGE');
     const bomb = await zstdCompress(new Uint8Array(4 << 20));
-    const framed = new Uint8Array(1 + bomb.length);
-    framed[0] = 1;
-    framed.set(bomb, 1);
     expect(bomb.length).toBeLessThan(1024);
-    await expectCode(decodeStepFrame(framed, { maxBytes: 1024 }), 'FRAME_TOO_LARGE');
+    // Declaring the true size is refused before decompressing; declaring less stops at the first slice past it.
+    for (const [declared, code] of [[4 << 20, 'FRAME_TOO_LARGE'], [1000, 'COMPRESSION_INVALID']] as const) {
+      const framed = new Uint8Array(5 + bomb.length);
+      framed[0] = 1;
+      new DataView(framed.buffer).setUint32(1, declared, true);
+      framed.set(bomb, 5);
+      await expectCode(decodeStepFrame(framed, { maxBytes: 1024 }), code);
+    }
+  });
+
+  it('refuses a 20-byte zstd frame whose header declares 16 MiB, without touching the codec', async () => {
+    const framed = new Uint8Array(25);
+    const view = new DataView(framed.buffer);
+    framed[0] = 1;
+    view.setUint32(1, 16 << 20, true);
+    view.setUint32(5, 0xfd2fb528, true);
+    framed[9] = 0xa0; // single segment, 4-byte content size
+    view.setUint32(10, 16 << 20, true);
+    await expectCode(decodeStepFrame(framed, { maxBytes: maxStepFrameBytes({ hidden: 64, maxRows: 8, maxSeq: 512 }, 'f32') }), 'FRAME_TOO_LARGE');
+    view.setUint32(1, 1000, true);
+    await expectCode(decodeStepFrame(framed, { maxBytes: 1 << 20 }), 'FRAME_TOO_LARGE');
+  });
+
+  it('refuses encodings and compression the link did not agree on', async () => {
+    const frame = hiddenFrame(1, 2, 8);
+    const expect32 = { maxBytes: 1 << 20, hidden: 8, expect: { tensor: 'f32', zstd: false } } as const;
+    await expectCode(decodeStepFrame(await encodeStepFrame(frame, { encoding: 'f32', zstd: true }), expect32), 'WIRE_NOT_AGREED');
+    await expectCode(decodeStepFrame(await encodeStepFrame(frame, { encoding: 'f16', zstd: false }), expect32), 'WIRE_NOT_AGREED');
+    await expectCode(decodeStepFrame(await encodeStepFrame(frame, { encoding: 'int8', zstd: false }), expect32), 'WIRE_NOT_AGREED');
+    const ids = await encodeStepFrame({ metadata: {}, tensor: { kind: 'ids', ids: BigInt64Array.of(1n), dims: [1, 1] } }, { encoding: 'f32', zstd: false });
+    await expectCode(decodeStepFrame(ids, expect32), 'WIRE_NOT_AGREED');
+    await expectCode(decodeStepFrame(await encodeStepFrame(frame, { encoding: 'f16', zstd: true }), { ...expect32, expect: { tensor: 'f16', zstd: false } }), 'WIRE_NOT_AGREED');
+    const back = await decodeStepFrame(await encodeStepFrame(frame, { encoding: 'f16', zstd: true }), { ...expect32, expect: { tensor: 'f16', zstd: true } });
+    expect(back.tensor.kind).toBe('hidden');
+  });
+
+  it('carries a 4096 x 400 f32 prefill (6.5 MB) zstd-compressed', async () => {
+    const hidden = new Float32Array(400 * 4096);
+    for (let i = 0; i < hidden.length; i++) hidden[i] = Math.sin(i) * 3;
+    const bytes = await encodeStepFrame({ metadata: { step: '1' }, tensor: { kind: 'hidden', hidden, dims: [1, 400, 4096] } }, { encoding: 'f32', zstd: true });
+    const limit = maxStepFrameBytes({ hidden: 4096, maxRows: 8, maxSeq: 400 }, 'f32');
+    const back = await decodeStepFrame(bytes, { maxBytes: limit, hidden: 4096, expect: { tensor: 'f32', zstd: true } });
+    const got = (back.tensor as { hidden: Float32Array }).hidden;
+    expect(Buffer.compare(Buffer.from(got.buffer, got.byteOffset, got.byteLength), Buffer.from(hidden.buffer))).toBe(0);
+    expect(firstNonFinite(hidden)).toBe(-1);
+  }, 60_000);
+
+  it('finds NaN and infinite activations', () => {
+    expect(firstNonFinite(Float32Array.of(1, 2, Number.NaN))).toBe(2);
+    expect(firstNonFinite(Float32Array.of(Number.POSITIVE_INFINITY))).toBe(0);
+    expect(firstNonFinite(Float32Array.of(-1e38, 0))).toBe(-1);
   });
 
   it('rejects unknown flags, unknown encodings and missing scales', async () => {

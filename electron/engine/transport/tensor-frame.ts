@@ -3,9 +3,13 @@
 // bytes; https://huggingface.co/docs/safetensors) for the hidden states or token ids one ring
 // step carries, with the step's request ids and positions in __metadata__. Hidden states travel
 // as F32, F16 or I8 with a per-row F32 scale; the whole container may be zstd-compressed.
-// Pure apart from zstd (compression.ts). Every size and shape is checked before allocating.
+// Pure apart from zstd (compression.ts). Every size and shape is checked before allocating, and a
+// receiver refuses encodings its link did not agree on.
 //
-//   wire: flags u8 (bit 0: zstd) | safetensors bytes (or one zstd frame holding them)
+//   wire: flags u8 (bit 0: zstd) | safetensors bytes
+//     or: flags u8 = 1 | u32 LE size of the safetensors bytes | one zstd frame holding them
+// The declared size is checked against the receiver's limit (what its shape allows) before a byte
+// is decompressed or allocated.
 import { KiwiError } from '../errors.js';
 import { f16Table32, f32ToF16Bits } from '../model/gguf/quant/half.js';
 import { zstdCompress, zstdDecompress } from './compression.js';
@@ -139,13 +143,38 @@ export interface StepFrame {
 }
 
 export interface StepFrameLimits {
-  /** Largest decoded (uncompressed) frame. */
+  /** Largest decoded (uncompressed) frame: maxStepFrameBytes() of the receiver's shape. */
   maxBytes: number;
   /** The hidden size hidden states must have; undefined: any. */
   hidden?: number;
+  /**
+   * What the link agreed to carry: token ids (into a stage that embeds) or hidden states in one
+   * encoding, zstd or not. Anything else is refused (WIRE_NOT_AGREED). Undefined: any (tools, benches).
+   */
+  expect?: { tensor: 'ids' | ActivationEncoding; zstd: boolean };
 }
 
 const FLAG_ZSTD = 1;
+/** Room for a step frame's safetensors header (the limit decodeSafetensors enforces). */
+const MAX_HEADER_BYTES = DEFAULT_SAFETENSORS_LIMITS.maxHeaderBytes + 8;
+
+/**
+ * The largest decoded step frame a stage can legitimately receive: a prefill of `maxSeq` tokens
+ * or a decode step of `maxRows` requests (never both: a batched step adds one token per row), in
+ * `tensor`'s bytes per element, plus the header.
+ */
+export function maxStepFrameBytes(shape: { hidden: number; maxRows: number; maxSeq: number }, tensor: 'ids' | ActivationEncoding): number {
+  const tokens = Math.max(shape.maxRows, shape.maxSeq);
+  const rows = shape.maxRows;
+  const body = tensor === 'ids' ? tokens * 8 : tensor === 'f32' ? tokens * shape.hidden * 4 : tensor === 'f16' ? tokens * shape.hidden * 2 : tokens * shape.hidden + 4 * Math.max(rows, tokens);
+  return MAX_HEADER_BYTES + body;
+}
+
+/** Index of the first NaN or infinite element, or -1 when every one is finite. */
+export function firstNonFinite(x: Float32Array): number {
+  for (let i = 0; i < x.length; i++) if (!Number.isFinite(x[i]!)) return i;
+  return -1;
+}
 
 const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
@@ -167,22 +196,42 @@ export async function encodeStepFrame(frame: StepFrame, opts: WireOptions): Prom
     tensors.set('hidden.scale', { dtype: 'F32', shape: [t.dims[0], t.dims[1]], data: bytesOf(scales) });
   }
   const body = encodeSafetensors(tensors, metadata);
-  const payload = opts.zstd ? await zstdCompress(body) : body;
-  const out = new Uint8Array(1 + payload.length);
-  out[0] = opts.zstd ? FLAG_ZSTD : 0;
-  out.set(payload, 1);
+  if (!opts.zstd) {
+    const out = new Uint8Array(1 + body.length);
+    out.set(body, 1);
+    return out;
+  }
+  const packed = await zstdCompress(body);
+  const out = new Uint8Array(5 + packed.length);
+  out[0] = FLAG_ZSTD;
+  new DataView(out.buffer).setUint32(1, body.length, true);
+  out.set(packed, 5);
   return out;
 }
+
+const notAgreed = (what: string): KiwiError => new KiwiError('WIRE_NOT_AGREED', `A tensor frame ${what}, which this link did not agree on.`);
 
 export async function decodeStepFrame(bytes: Uint8Array, limits: StepFrameLimits): Promise<StepFrame> {
   if (bytes.length < 1) throw invalid('an empty frame');
   const flags = bytes[0]!;
   if ((flags & ~FLAG_ZSTD) !== 0) throw invalid(`unknown flags 0x${flags.toString(16)}`);
-  let body = bytes.subarray(1);
-  if (body.length > limits.maxBytes) throw new KiwiError('FRAME_TOO_LARGE', `A tensor frame of ${body.length} bytes exceeds the limit of ${limits.maxBytes}.`);
-  if ((flags & FLAG_ZSTD) !== 0) body = await zstdDecompress(body, limits.maxBytes);
+  const zstd = (flags & FLAG_ZSTD) !== 0;
+  if (limits.expect !== undefined && zstd !== limits.expect.zstd) throw notAgreed(zstd ? 'is zstd-compressed' : 'is not compressed');
+  let body: Uint8Array;
+  if (zstd) {
+    if (bytes.length < 5) throw invalid('a compressed frame without its size');
+    const declared = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(1, true);
+    if (declared > limits.maxBytes) {
+      throw new KiwiError('FRAME_TOO_LARGE', `A compressed tensor frame declares ${declared} bytes, more than the ${limits.maxBytes} this stage can receive.`, { size: declared, maxBytes: limits.maxBytes });
+    }
+    body = await zstdDecompress(bytes.subarray(5), declared);
+  } else {
+    body = bytes.subarray(1);
+    if (body.length > limits.maxBytes) throw new KiwiError('FRAME_TOO_LARGE', `A tensor frame of ${body.length} bytes exceeds the limit of ${limits.maxBytes}.`, { size: body.length, maxBytes: limits.maxBytes });
+  }
   const { tensors, metadata } = decodeSafetensors(body);
   const encoding = metadata.encoding;
+  if (limits.expect !== undefined && encoding !== limits.expect.tensor) throw notAgreed(`carries ${encoding === 'ids' ? 'token ids' : `'${String(encoding)}' activations`}`);
   const expect = (name: string, dtype: Dtype, rank: number): RawTensor => {
     const t = tensors.get(name);
     if (t === undefined || t.dtype !== dtype || t.shape.length !== rank) throw invalid(`'${name}' must be a rank-${rank} ${dtype} tensor for encoding ${encoding}`);
@@ -192,12 +241,14 @@ export async function decodeStepFrame(bytes: Uint8Array, limits: StepFrameLimits
   if (tensors.size !== names.length || !names.every((n) => tensors.has(n))) throw invalid(`encoding '${encoding}' needs exactly the tensors ${names.join(', ')}`);
   if (encoding === 'ids') {
     const t = expect('ids', 'I64', 2);
+    if (t.shape[0] === 0 || t.shape[1] === 0) throw invalid('a step of no tokens');
     return { metadata, tensor: { kind: 'ids', ids: new BigInt64Array(copyOut(t.data)), dims: t.shape as [number, number] } };
   }
   const dtype: Dtype | undefined = encoding === 'f32' ? 'F32' : encoding === 'f16' ? 'F16' : encoding === 'int8' ? 'I8' : undefined;
   if (dtype === undefined) throw invalid(`unknown encoding '${String(encoding)}'`);
   const t = expect('hidden', dtype, 3);
   const dims = t.shape as [number, number, number];
+  if (dims[0] === 0 || dims[1] === 0) throw invalid('a step of no tokens');
   if (limits.hidden !== undefined && dims[2] !== limits.hidden) throw invalid(`hidden states of width ${dims[2]}, this model's is ${limits.hidden}`);
   let hidden: Float32Array;
   if (dtype === 'F32') {

@@ -5,6 +5,7 @@
 import { useMutation, useQueryClient } from '@tanstack/react-query';
 import { useId, useState, type FormEvent, type ReactElement } from 'react';
 import type { DownloadWire, SessionStatus } from '../../../common/control-api.js';
+import { layerRangeText } from '../../../common/ring-layout.js';
 import { api } from '../api.js';
 import { Card, CopyButton, ErrorBanner, formatBytes, formatMs, Progress } from '../ui.js';
 import { formatDuration, RingBanner } from './recovery.js';
@@ -79,6 +80,12 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
           {host.isPending ? 'Loading the model…' : isUrl(model) ? 'Download and host' : 'Start hosting'}
         </button>
       </form>
+      <div className="builtin-model">
+        <p className="muted small">No model yet? Kiwi comes with a tiny one that continues stories (try &ldquo;Once upon a time&rdquo;); it does not chat.</p>
+        <button type="button" className="secondary" disabled={host.isPending} onClick={() => host.mutate(['built-in', autoApprove])}>
+          Host the built-in story model (stories260K)
+        </button>
+      </div>
     </Card>
   );
 }
@@ -156,7 +163,7 @@ function HostView({ status }: { status: SessionStatus }): ReactElement {
           {' '}<CopyButton text={status.rendezvous ?? ''} label="Copy the rendezvous address" />
         </p>
         <p className="muted small">Model: <code>{status.model}</code>{status.serving !== null ? <> · serving at <code>{status.serving.url}</code></> : null}</p>
-        <ErrorBanner error={(decide.error ?? leave.error) as { message: string } | null} />
+        <ErrorBanner error={status.error ?? ((decide.error ?? leave.error) as { message: string } | null)} />
       </Card>
 
       {pending.length > 0 ? (
@@ -165,10 +172,15 @@ function HostView({ status }: { status: SessionStatus }): ReactElement {
             {pending.map((m) => (
               <li key={m.member_id} className="member pending">
                 <span className="member-name">{m.name}</span>
+                {m.fingerprint != null ? (
+                  <span className="fingerprint" data-testid="pending-fingerprint" title="Approve only if their screen shows the same fingerprint">
+                    fingerprint <code>{m.fingerprint}</code>
+                  </span>
+                ) : null}
                 <span className="muted small">{m.addresses[0] ?? 'relay only'}</span>
                 <span className="actions">
-                  <button type="button" onClick={() => decide.mutate([m.member_id, true])} aria-label={`Approve ${m.name}`}>Approve</button>
-                  <button type="button" className="secondary" onClick={() => decide.mutate([m.member_id, false])} aria-label={`Reject ${m.name}`}>Reject</button>
+                  <button type="button" onClick={() => decide.mutate([m.member_id, true])} aria-label={`Approve ${m.name}${m.fingerprint != null ? ` (${m.fingerprint})` : ''}`}>Approve</button>
+                  <button type="button" className="secondary" onClick={() => decide.mutate([m.member_id, false])} aria-label={`Reject ${m.name}${m.fingerprint != null ? ` (${m.fingerprint})` : ''}`}>Reject</button>
                 </span>
               </li>
             ))}
@@ -209,12 +221,12 @@ export function PlanCard({ status }: { status: SessionStatus }): ReactElement {
         status.plan_error === null ? <p className="muted">No plan yet: the ring is planned once members have joined, and the model is served once each has loaded its layers.</p> : null
       ) : (
         <>
-          <p>{plan.layers} layers over {plan.stages.length} stages{plan.tokens_per_s !== null ? <> · {plan.measured ? 'measured' : 'predicted'} <strong>{plan.tokens_per_s.toFixed(1)} tokens/s</strong></> : null}</p>
+          <p>{plan.layers} layers over {plan.stages.length} {plan.stages.length === 1 ? 'stage' : 'stages'}{plan.tokens_per_s !== null ? <> · {plan.measured ? 'measured' : 'predicted'} <strong>{plan.tokens_per_s.toFixed(1)} tokens/s</strong></> : null}</p>
           <table className="table">
             <thead><tr><th scope="col">Member</th><th scope="col">Layers</th><th scope="col">Stage time</th></tr></thead>
             <tbody>
               {plan.stages.map((s) => (
-                <tr key={s.peer}><td>{s.name}{s.head ? ' (head)' : ''}</td><td>{s.start}–{s.end}</td><td>{formatMs(s.stage_ms)}</td></tr>
+                <tr key={s.peer}><td>{s.name}{s.head ? ' (head)' : ''}</td><td>{layerRangeText(s.start, s.end)}</td><td>{formatMs(s.stage_ms)}</td></tr>
               ))}
             </tbody>
           </table>
@@ -247,6 +259,11 @@ function MemberView({ status }: { status: SessionStatus }): ReactElement {
         }
       >
         <p className={`phase phase-${status.phase}`} role="status" data-testid="member-phase">{PHASE_WORDS[status.phase]}</p>
+        {status.self_fingerprint != null ? (
+          <p className="small" data-testid="self-fingerprint">
+            Your fingerprint: <code>{status.self_fingerprint}</code>{status.phase === 'pending' ? ' · read it to the host, who approves you by it' : null}
+          </p>
+        ) : null}
         <p className="muted small">Session <code>{status.code}</code> via <code>{status.rendezvous}</code>{status.self_peer !== null ? <> · you are peer {status.self_peer}</> : null}</p>
         <ErrorBanner error={status.error ?? ((pause.error ?? leave.error) as { message: string } | null)} />
       </Card>
@@ -255,7 +272,7 @@ function MemberView({ status }: { status: SessionStatus }): ReactElement {
           <p className="muted">{status.phase === 'active' ? 'Waiting for the host to assign your layers.' : 'You get layers once you are in the ring.'}</p>
         ) : (
           <dl className="device-grid">
-            <div><dt>Layers</dt><dd><span className="big-figure">{a.start}–{a.end}</span>{a.head ? ' + head' : ''}</dd></div>
+            <div><dt>Layers</dt><dd><span className="big-figure">{layerRangeText(a.start, a.end)}</span>{a.head ? ' + head' : ''}</dd></div>
             <div><dt>Loading</dt><dd><Progress fraction={a.load_fraction} label="Layer loading progress" /> {Math.round(a.load_fraction * 100)}%</dd></div>
             <div><dt>Your stage</dt><dd>{formatMs(a.stage_ms)} per token</dd></div>
           </dl>

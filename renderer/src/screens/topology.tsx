@@ -4,36 +4,39 @@
 // its links at a pace set by the measured tokens/s, still under prefers-reduced-motion. Members
 // that dropped (unreachable, evicted, disconnected) are red: beside the ring once the host
 // re-planned without them, in place until it has. A banner tells of a re-plan in progress, and
-// the history of past ones sits below.
+// the history of past ones sits below. Where everything goes (labels clear of each other and of
+// the nodes, for any ring size) is common/ring-layout.ts; layer ranges read as people count them,
+// from 1 with both ends included ("layers 2–3 (2 layers)"), see layerRangeText there.
 import type { CSSProperties, ReactElement } from 'react';
 import type { LinkWire, MemberWire, SessionStatus } from '../../../common/control-api.js';
+import { estimateWidth, LABEL_FONTS, layerRangeText, layoutRing, NODE_RADIUS, type LabelFont, type LabelLine, type Measure, type PlacedLabel } from '../../../common/ring-layout.js';
 import { Card, formatMs } from '../ui.js';
 import { RecoveryHistory, RingBanner } from './recovery.js';
 
-interface Node {
+interface Peer {
   peer: number;
   name: string;
-  detail: string;
+  lines: LabelLine[];
   kind: 'host' | 'member' | 'self' | 'out';
   /** Why a member is red: unreachable, evicted, left; null: fine. */
   trouble: 'unreachable' | 'evicted' | 'left' | null;
-  x: number;
-  y: number;
 }
 
-const W = 640;
-const H = 400;
-const CX = W / 2;
-const CY = 190;
-const R = 140;
+interface Node extends Peer {
+  x: number;
+  y: number;
+  label: PlacedLabel;
+}
+
 /** One dash period of the flow overlay (px, as in styles.css): the CSS animation moves it by this much per cycle. */
 const FLOW_PERIOD = 24;
+const LABEL_CLASS: Record<LabelFont, string> = { name: 'node-name', detail: 'node-detail', edge: 'edge-label' };
 
 function linkBetween(links: LinkWire[], a: number, b: number): LinkWire | undefined {
   return links.find((l) => (l.a === a && l.b === b) || (l.a === b && l.b === a));
 }
 
-function trouble(m: MemberWire | undefined): Node['trouble'] {
+function trouble(m: MemberWire | undefined): Peer['trouble'] {
   if (m === undefined) return null;
   if (m.state === 'evicted') return 'evicted';
   if (m.state === 'left') return 'left';
@@ -52,54 +55,99 @@ function ringOrder(status: SessionStatus): number[] {
   return order.filter((p, i) => order.indexOf(p) === i);
 }
 
-function layout(status: SessionStatus): { ring: Node[]; out: Node[] } {
+/** Text widths with the font the SVG uses (the page's), measured once per text; an estimate without a canvas. */
+function canvasMeasure(): Measure {
+  const ctx = typeof document === 'undefined' ? null : document.createElement('canvas').getContext('2d');
+  if (ctx === null) return estimateWidth;
+  const family = getComputedStyle(document.body).fontFamily || 'sans-serif';
+  const cache = new Map<string, number>();
+  return (text, font) => {
+    const key = `${font}|${text}`;
+    let w = cache.get(key);
+    if (w === undefined) {
+      const f = LABEL_FONTS[font];
+      ctx.font = `${f.weight} ${f.size}px ${family}`;
+      w = ctx.measureText(text).width;
+      cache.set(key, w);
+    }
+    return w;
+  };
+}
+
+let measureText: Measure | undefined;
+
+function peers(status: SessionStatus): { ring: Peer[]; out: Peer[] } {
   const byPeer = new Map(status.members.map((m) => [m.peer, m]));
   const stage = new Map((status.plan?.stages ?? []).map((s) => [s.peer, s]));
-  const ringPeers = ringOrder(status);
-  const n = ringPeers.length;
-  const ring = ringPeers.map((peer, i): Node => {
-    const angle = -Math.PI / 2 + (2 * Math.PI * i) / Math.max(1, n);
+  const ring = ringOrder(status).map((peer): Peer => {
     const s = stage.get(peer);
     const isSelf = status.role === 'member' && peer === status.self_peer;
     const name = peer === 0 ? (status.role === 'host' ? 'You (host)' : 'Host') : isSelf ? 'You' : (byPeer.get(peer)?.name ?? `peer ${peer}`);
     const t = peer === 0 || isSelf ? null : trouble(byPeer.get(peer));
     // A member has no plan of the ring, but knows its own layers.
     const held = s ?? (isSelf && status.assignment !== null ? { ...status.assignment, state: null } : undefined);
-    const detail = t !== null
-      ? t
-      : held !== undefined
-        ? `layers ${held.start}–${held.end}${held.head ? ' + head' : ''}${held.stage_ms !== null ? ` · ${formatMs(held.stage_ms)}` : ''}${held.state === 'kept' ? ' · kept' : ''}`
-        : peer === 0 ? 'head' : '';
-    return { peer, name, detail, kind: peer === 0 ? 'host' : isSelf ? 'self' : 'member', trouble: t, x: CX + R * Math.cos(angle), y: CY + R * Math.sin(angle) };
+    const lines: LabelLine[] = [{ text: name, font: 'name' }];
+    if (t !== null) lines.push({ text: t, font: 'detail' });
+    else if (held !== undefined) {
+      lines.push({ text: `${layerRangeText(held.start, held.end)}${held.head ? ' + head' : ''}`, font: 'detail' });
+      const extra = [held.stage_ms !== null ? formatMs(held.stage_ms) : null, held.state === 'kept' ? 'kept' : null].filter((x) => x !== null);
+      if (extra.length > 0) lines.push({ text: extra.join(' · '), font: 'detail' });
+    } else if (peer === 0) lines.push({ text: 'head', font: 'detail' });
+    return { peer, name, lines, kind: peer === 0 ? 'host' : isSelf ? 'self' : 'member', trouble: t };
   });
-  const inRing = new Set(ringPeers);
+  const inRing = new Set(ring.map((p) => p.peer));
   // Those who left on their own are not trouble: once the ring closed without them they are gone.
   const gone = status.members.filter((m) => !inRing.has(m.peer) && m.peer !== status.self_peer && (trouble(m) === 'unreachable' || trouble(m) === 'evicted'));
-  // Out of the ring: a column to the right of the circle, clear of every ring label.
-  const out = gone.map((m, i): Node => ({
-    peer: m.peer, name: m.name, detail: trouble(m) ?? '', kind: 'out', trouble: trouble(m), x: CX + R + 150, y: 70 + i * 100,
+  const out = gone.map((m): Peer => ({
+    peer: m.peer, name: m.name, lines: [{ text: m.name, font: 'name' }, { text: trouble(m) ?? '', font: 'detail' }], kind: 'out', trouble: trouble(m),
   }));
   return { ring, out };
+}
+
+function edgeText(link: LinkWire | undefined): string {
+  return link === undefined || link.state !== 'up' ? (link?.state ?? 'connecting') : `${link.kind ?? ''} · ${formatMs(link.rtt_ms)}`;
+}
+
+function LabelText({ label, dx = 0, dy = 0 }: { label: PlacedLabel; dx?: number; dy?: number }): ReactElement {
+  return (
+    <>
+      {label.lines.map((l, i) => (
+        <text key={i} x={l.x - dx} y={l.y - dy} textAnchor="middle" className={LABEL_CLASS[l.font]}>{l.text}</text>
+      ))}
+    </>
+  );
 }
 
 export function TopologyScreen({ status }: { status: SessionStatus }): ReactElement {
   if (status.role === 'none') {
     return <Card title="Ring"><p className="muted">Host or join a session to see its ring.</p></Card>;
   }
-  const { ring, out } = layout(status);
-  const edges: Array<{ from: Node; to: Node; link: LinkWire | undefined }> = [];
+  const found = peers(status);
+  // The ring's links: each neighbour pair once (a ring of two has one link).
+  const pairs: Array<{ from: number; to: number; link: LinkWire | undefined }> = [];
   const seen = new Set<string>();
-  for (let i = 0; i < ring.length && ring.length >= 2; i++) {
-    const from = ring[i] as Node;
-    const to = ring[(i + 1) % ring.length] as Node;
-    const key = `${Math.min(from.peer, to.peer)}-${Math.max(from.peer, to.peer)}`;
+  for (let i = 0; i < found.ring.length && found.ring.length >= 2; i++) {
+    const j = (i + 1) % found.ring.length;
+    const a = (found.ring[i] as Peer).peer;
+    const b = (found.ring[j] as Peer).peer;
+    const key = `${Math.min(a, b)}-${Math.max(a, b)}`;
     if (seen.has(key)) continue;
     seen.add(key);
-    const link = linkBetween(status.links, from.peer, to.peer);
+    const link = linkBetween(status.links, a, b);
     // A member knows only its own links; the rest of the ring is the host's to draw.
     if (link === undefined && status.role === 'member') continue;
-    edges.push({ from, to, link });
+    pairs.push({ from: i, to: j, link });
   }
+  measureText ??= canvasMeasure();
+  const placed = layoutRing({
+    ring: found.ring.map((p) => ({ id: String(p.peer), lines: p.lines })),
+    out: found.out.map((p) => ({ id: String(p.peer), lines: p.lines })),
+    edges: pairs.map((e) => ({ from: e.from, to: e.to, label: edgeText(e.link) })),
+    measure: measureText,
+  });
+  const ring: Node[] = found.ring.map((p, i) => ({ ...p, ...(placed.ring[i] as { x: number; y: number; label: PlacedLabel }) }));
+  const out: Node[] = found.out.map((p, i) => ({ ...p, ...(placed.out[i] as { x: number; y: number; label: PlacedLabel }) }));
+  const edges = pairs.map((e, i) => ({ from: ring[e.from] as Node, to: ring[e.to] as Node, link: e.link, label: (placed.edges[i] as { label: PlacedLabel }).label }));
   const flow = status.flow;
   const flowing = flow?.active === true && edges.length > 0;
   // One token goes once around the ring per step: the dots move at the ring's length times the
@@ -111,21 +159,14 @@ export function TopologyScreen({ status }: { status: SessionStatus }): ReactElem
   const flowText = flowing
     ? `Tokens flowing${flow?.tokens_per_s !== null && flow?.tokens_per_s !== undefined ? ` · ${flow.tokens_per_s.toFixed(1)} tokens/s` : ''}`
     : 'No tokens flowing right now';
+  const v = placed.viewBox;
   return (
     <div className="stack">
       <Card title="Ring">
         <RingBanner ring={status.ring_state} />
-        <svg className="topology" viewBox={`0 0 ${W} ${H}`} role="img" aria-label={summary} data-testid="topology">
-          <circle cx={CX} cy={CY} r={R} className="ring-guide" />
-          {edges.map(({ from, to, link }) => {
-            const mx = (from.x + to.x) / 2;
-            const my = (from.y + to.y) / 2;
-            // Labels sit outside the chord, away from the centre, so they do not collide.
-            const dx = mx - CX;
-            const dy = my - CY;
-            const len = Math.hypot(dx, dy) || 1;
-            const lx = ring.length === 2 ? mx + 70 : mx + (dx / len) * 28;
-            const ly = ring.length === 2 ? my : my + (dy / len) * 28;
+        <svg className="topology" viewBox={`${v.x.toFixed(1)} ${v.y.toFixed(1)} ${v.w.toFixed(1)} ${v.h.toFixed(1)}`} role="img" aria-label={summary} data-testid="topology">
+          <circle cx={placed.cx} cy={placed.cy} r={placed.radius} className="ring-guide" />
+          {edges.map(({ from, to, link, label }) => {
             const down = from.trouble !== null || to.trouble !== null;
             const cls = `edge ${down ? 'down' : ''} ${link?.state ?? 'connecting'} ${link?.kind ?? ''}`;
             return (
@@ -134,14 +175,12 @@ export function TopologyScreen({ status }: { status: SessionStatus }): ReactElem
                 {flowing && !down && link?.state === 'up' ? (
                   <line x1={from.x} y1={from.y} x2={to.x} y2={to.y} className="flow" style={flowStyle} data-testid="flow-dots" aria-hidden="true" />
                 ) : null}
-                <text x={lx} y={ly} className="edge-label" textAnchor="middle">
-                  {link === undefined || link.state !== 'up' ? (link?.state ?? 'connecting') : `${link.kind ?? ''} · ${formatMs(link.rtt_ms)}`}
-                </text>
+                <LabelText label={label} />
               </g>
             );
           })}
           {out.map((n) => (
-            <line key={`out-${n.peer}`} x1={n.x - 26} y1={n.y} x2={CX + R + 14} y2={CY} className="edge evicted" />
+            <line key={`out-${n.peer}`} x1={n.x - NODE_RADIUS} y1={n.y} x2={placed.cx + placed.radius + NODE_RADIUS} y2={placed.cy} className="edge evicted" />
           ))}
           {[...ring, ...out].map((n) => (
             <g
@@ -151,10 +190,9 @@ export function TopologyScreen({ status }: { status: SessionStatus }): ReactElem
               data-testid={`node-${n.name}`}
               data-state={n.trouble ?? 'ring'}
             >
-              <circle r={26} />
+              <circle r={NODE_RADIUS} />
               <text y={5} textAnchor="middle" className="node-initial">{n.name.slice(0, 1).toUpperCase()}</text>
-              <text y={44} textAnchor="middle" className="node-name">{n.name}</text>
-              {n.detail !== '' ? <text y={60} textAnchor="middle" className="node-detail">{n.detail}</text> : null}
+              <LabelText label={n.label} dx={n.x} dy={n.y} />
             </g>
           ))}
         </svg>

@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { KiwiError } from '../../errors.js';
+import { parseJson } from '../../parse-json.js';
 
 const ropeScalingSchema = z.discriminatedUnion('type', [
   // Llama 3.1+: stored as the rope_freqs.weight tensor of per-frequency divisors, as llama.cpp's converter does.
@@ -181,20 +182,12 @@ export function resolveShape(spec: string): ModelShape {
       );
     }
   }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (err) {
-    throw new KiwiError('USAGE', `the shape is not valid JSON: ${(err as Error).message}`);
-  }
-  const parsed = modelShapeSchema.safeParse(json);
-  if (!parsed.success) {
-    throw new KiwiError(
-      'USAGE',
-      `invalid shape: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(shape)'}: ${i.message}`).join('; ')}`,
-    );
-  }
-  return parsed.data;
+  return parseJson(modelShapeSchema, text, {
+    code: 'USAGE',
+    notJson: (reason) => `the shape is not valid JSON: ${reason}`,
+    invalid: (issues) => `invalid shape: ${issues.join('; ')}`,
+    root: '(shape)',
+  });
 }
 
 export function shapeHeadDim(s: ModelShape): number {

@@ -14,7 +14,8 @@ import { GgmlType, ggmlTypeName } from '../gguf/gguf-types.js';
 import { modelConfigFromGguf } from '../model-config.js';
 import { NAMED_SHAPES, resolveShape } from './shapes.js';
 import type { ModelShape } from './shapes.js';
-import { SYNTH_QUANTS, llama3RopeFactors, planTensors, synthesizeModel } from './synth.js';
+import type { SynthQuant } from './synth.js';
+import { SYNTH_QUANTS, llama3RopeFactors, planTensors, q4kmMoreBits, synthesizeModel } from './synth.js';
 
 const TINY = {
   name: 'tiny-llama',
@@ -42,7 +43,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-async function synth(shape: ModelShape, quant: GgmlType, name: string, seed = 1): Promise<string> {
+async function synth(shape: ModelShape, quant: SynthQuant, name: string, seed = 1): Promise<string> {
   const out = join(dir, name);
   await synthesizeModel({ shape, quant, out, seed });
   return out;
@@ -128,7 +129,8 @@ describe('synthesized models in llama.cpp', () => {
     it(`loads, tokenizes and evaluates a tiny ${quantName} llama`, async () => {
       const path = await synth(resolveShape(JSON.stringify(TINY)), quant, `tiny-${quantName}.gguf`);
       const f = await openGguf(path);
-      expect(f.tensor('blk.0.attn_q.weight')?.type, ggmlTypeName(quant)).toBe(quant);
+      const attnQ = quant === 'q4_k_m' ? GgmlType.Q4_K : quant;
+      expect(f.tensor('blk.0.attn_q.weight')?.type, ggmlTypeName(attnQ)).toBe(attnQ);
       const r = await runInLlamaCpp(path);
       expect(r.ids.length).toBeGreaterThan(0);
       expect(r.ids.every((id) => id > 2 && id < 1000)).toBe(true);
@@ -171,5 +173,55 @@ describe('synthesized models in llama.cpp', () => {
     expect(q.find((x) => x.name === 'blk.0.attn_q.weight')?.type).toBe(GgmlType.Q4_0);
     expect(q.find((x) => x.name === 'blk.0.ffn_down.weight')?.type).toBe(GgmlType.Q4_K);
     expect(q.some((x) => x.name === 'output.weight')).toBe(false);
+  });
+});
+
+describe('q4_k_m (llama.cpp Q4_K_M mix)', () => {
+  // The layers llama.cpp's use_more_bits picks, written out by hand from its rule
+  // (i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2) for the named shapes' layer counts.
+  const SIX_BIT_LAYERS: Record<number, number[]> = {
+    2: [1],
+    16: [0, 1, 4, 7, 10, 13, 14, 15],
+    32: [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31],
+  };
+
+  it('picks the six-bit layers as llama.cpp does', () => {
+    for (const [n, layers] of Object.entries(SIX_BIT_LAYERS)) {
+      const picked = Array.from({ length: Number(n) }, (_, i) => i).filter((i) => q4kmMoreBits(i, Number(n)));
+      expect(picked, `${n} layers`).toEqual(layers);
+    }
+  });
+
+  it('gives Q6_K to the output, attn_v and ffn_down of the six-bit layers, Q4_K elsewhere', () => {
+    // Llama-3.1-8B: untied embeddings, every row a whole number of 256-blocks.
+    const t = planTensors(NAMED_SHAPES['llama-3.1-8b']!, 'q4_k_m');
+    const type = (name: string) => t.find((x) => x.name === name)?.type;
+    expect(type('output.weight')).toBe(GgmlType.Q6_K);
+    expect(type('token_embd.weight')).toBe(GgmlType.Q4_K);
+    for (let i = 0; i < 32; i++) {
+      const six = SIX_BIT_LAYERS[32]!.includes(i) ? GgmlType.Q6_K : GgmlType.Q4_K;
+      expect(type(`blk.${String(i)}.attn_v.weight`), `attn_v ${String(i)}`).toBe(six);
+      expect(type(`blk.${String(i)}.ffn_down.weight`), `ffn_down ${String(i)}`).toBe(six);
+      for (const m of ['attn_q', 'attn_k', 'attn_output', 'ffn_gate', 'ffn_up']) expect(type(`blk.${String(i)}.${m}.weight`)).toBe(GgmlType.Q4_K);
+      expect(type(`blk.${String(i)}.attn_norm.weight`)).toBe(GgmlType.F32);
+    }
+    // Llama-3.2-1B ties the embedding to the output: it is quantized as the output.
+    const tied = planTensors(NAMED_SHAPES['llama-3.2-1b']!, 'q4_k_m');
+    expect(tied.find((x) => x.name === 'token_embd.weight')?.type).toBe(GgmlType.Q6_K);
+    expect(tied.filter((x) => x.type === GgmlType.Q6_K).length).toBe(1 + 2 * SIX_BIT_LAYERS[16]!.length);
+    // Qwen2.5-0.5B: 896-wide rows are no whole 256-blocks; the tied output falls to Q8_0 as in llama.cpp.
+    const qwen = planTensors(NAMED_SHAPES['qwen2.5-0.5b']!, 'q4_k_m');
+    expect(qwen.find((x) => x.name === 'token_embd.weight')?.type).toBe(GgmlType.Q8_0);
+  });
+
+  it('writes general.file_type MOSTLY_Q4_K_M and the mix', async () => {
+    const path = await synth(resolveShape(JSON.stringify(TINY)), 'q4_k_m', 'mix.gguf', 3);
+    const file = await openGguf(path);
+    expect(file.metadata.get('general.file_type')).toBe(15);
+    expect(file.tensor('token_embd.weight')?.type).toBe(GgmlType.Q6_K);
+    expect(file.tensor('blk.0.attn_v.weight')?.type).toBe(GgmlType.Q4_K);
+    expect(file.tensor('blk.1.attn_v.weight')?.type).toBe(GgmlType.Q6_K);
+    expect(file.tensor('blk.0.ffn_down.weight')?.type).toBe(GgmlType.Q4_K);
+    expect(file.tensor('blk.1.ffn_down.weight')?.type).toBe(GgmlType.Q6_K);
   });
 });

@@ -3,6 +3,7 @@
 // (std 0.02) is quantized once with the real quantizers, and every matrix is filled with randomly
 // placed runs of the pool's blocks, so output bytes are valid ggml blocks and generation runs at
 // disk speed. Norm weights are near 1 (F32), biases small (F32). Deterministic for a seed.
+// `q4_k_m` is not one ggml type but llama.cpp's per-tensor mix (see q4kmType).
 import { rename, rm } from 'node:fs/promises';
 import { KiwiError } from '../../errors.js';
 import { createGgufWriter, gv } from '../gguf/gguf-writer.js';
@@ -14,7 +15,10 @@ import { shapeHeadDim } from './shapes.js';
 import type { ModelShape } from './shapes.js';
 import { synthVocab } from './synth-vocab.js';
 
-export const SYNTH_QUANTS: Readonly<Record<string, GgmlType>> = {
+/** What synth writes: one ggml type for every matrix, or llama.cpp's Q4_K_M mix of Q4_K and Q6_K. */
+export type SynthQuant = GgmlType | 'q4_k_m';
+
+export const SYNTH_QUANTS: Readonly<Record<string, SynthQuant>> = {
   f32: GgmlType.F32,
   f16: GgmlType.F16,
   bf16: GgmlType.BF16,
@@ -22,6 +26,7 @@ export const SYNTH_QUANTS: Readonly<Record<string, GgmlType>> = {
   q4_0: GgmlType.Q4_0,
   q4_k: GgmlType.Q4_K,
   q6_k: GgmlType.Q6_K,
+  q4_k_m: 'q4_k_m',
 };
 
 // llama_ftype values (llama.h) written as general.file_type.
@@ -30,10 +35,42 @@ const FILE_TYPE: Partial<Record<GgmlType, number>> = {
   [GgmlType.F16]: 1,
   [GgmlType.Q4_0]: 2,
   [GgmlType.Q8_0]: 7,
-  [GgmlType.Q4_K]: 15, // MOSTLY_Q4_K_M
+  [GgmlType.Q4_K]: 15, // MOSTLY_Q4_K_M, as `llama-quantize --pure Q4_K_M` labels an all-Q4_K file
   [GgmlType.Q6_K]: 18,
   [GgmlType.BF16]: 32,
 };
+const FILE_TYPE_Q4_K_M = 15;
+
+/** The general.file_type (llama_ftype) of a synth format. */
+export function synthFileType(quant: SynthQuant): number {
+  return quant === 'q4_k_m' ? FILE_TYPE_Q4_K_M : (FILE_TYPE[quant] ?? 0);
+}
+
+/**
+ * llama.cpp's use_more_bits: the first and last eighth of the layers and every third layer
+ * between them get the bigger type (integer divisions, as in C).
+ */
+export function q4kmMoreBits(layer: number, layers: number): boolean {
+  const eighth = Math.floor(layers / 8);
+  return layer < eighth || layer >= Math.floor((7 * layers) / 8) || (layer - eighth) % 3 === 2;
+}
+
+/**
+ * The type llama.cpp's llama_tensor_get_type picks for a dense (non-MoE) llama-family tensor under
+ * LLAMA_FTYPE_MOSTLY_Q4_K_M, before the shape fallback: Q6_K for the output projection (and for
+ * the token embedding when it doubles as the output), for attn_v and ffn_down in the
+ * q4kmMoreBits layers; Q4_K for everything else. An output row that is not whole 256-blocks gets
+ * Q8_0 directly. Not modelled: llama.cpp's 70B-class (80-layer) bump of attn_v to Q5_K and its
+ * Q5_0 fallback for narrow Q4_K rows (synth has no Q5_K/Q5_0 writer; it falls back to Q4_0).
+ */
+export function q4kmType(name: string, ne0: number, layers: number, tiedEmbeddings: boolean): GgmlType {
+  if (name === 'output.weight' || (tiedEmbeddings && name === 'token_embd.weight')) {
+    return ne0 % ggmlTypeInfo(GgmlType.Q4_K).blockSize === 0 ? GgmlType.Q6_K : GgmlType.Q8_0;
+  }
+  const m = /^blk\.(\d+)\.(attn_v|ffn_down)\.weight$/.exec(name);
+  if (m !== null && q4kmMoreBits(Number(m[1]), layers)) return GgmlType.Q6_K;
+  return GgmlType.Q4_K;
+}
 
 // A k-quant row must be whole 256-element blocks; narrower rows fall back as llama.cpp's
 // quantizer does (to a 32-element type).
@@ -48,7 +85,7 @@ const CHUNK_BYTES = 4 * 1024 * 1024;
 
 export interface SynthOptions {
   shape: ModelShape;
-  quant: GgmlType;
+  quant: SynthQuant;
   out: string;
   seed?: number;
   /** Called after each chunk with bytes written so far and the final file size. */
@@ -70,19 +107,19 @@ interface PlannedTensor extends GgufTensorSpec {
 }
 
 /** The llama.cpp tensor list of the shape, in file order. */
-export function planTensors(shape: ModelShape, quant: GgmlType): PlannedTensor[] {
+export function planTensors(shape: ModelShape, quant: SynthQuant): PlannedTensor[] {
   const hd = shapeHeadDim(shape);
   const e = shape.embeddingLength;
   const qDim = shape.headCount * hd;
   const kvDim = shape.headCountKv * hd;
-  const { blockSize } = ggmlTypeInfo(quant);
-  const matrixType = (ne0: number): GgmlType => {
-    if (ne0 % blockSize === 0) return quant;
-    const fb = FALLBACK[quant];
+  const matrixType = (name: string, ne0: number): GgmlType => {
+    const want = quant === 'q4_k_m' ? q4kmType(name, ne0, shape.blockCount, shape.tiedEmbeddings) : quant;
+    if (ne0 % ggmlTypeInfo(want).blockSize === 0) return want;
+    const fb = FALLBACK[want];
     if (fb !== undefined && ne0 % ggmlTypeInfo(fb).blockSize === 0) return fb;
     return GgmlType.F16;
   };
-  const matrix = (name: string, ne0: number, ne1: number): PlannedTensor => ({ name, type: matrixType(ne0), dims: [ne0, ne1], kind: 'matrix' });
+  const matrix = (name: string, ne0: number, ne1: number): PlannedTensor => ({ name, type: matrixType(name, ne0), dims: [ne0, ne1], kind: 'matrix' });
   const f32 = (name: string, n: number, kind: TensorKind): PlannedTensor => ({ name, type: GgmlType.F32, dims: [n], kind });
 
   const list: PlannedTensor[] = [matrix('token_embd.weight', e, shape.vocabSize)];
@@ -134,14 +171,14 @@ export function llama3RopeFactors(shape: ModelShape): Float32Array {
   return out;
 }
 
-function metadataFor(shape: ModelShape, quant: GgmlType): Array<[string, GgufWriteValue]> {
+function metadataFor(shape: ModelShape, quant: SynthQuant): Array<[string, GgufWriteValue]> {
   const a = shape.architecture;
   const hd = shapeHeadDim(shape);
   const vocab = synthVocab(shape.vocabSize);
   const md: Array<[string, GgufWriteValue]> = [
     ['general.architecture', a],
     ['general.name', shape.name],
-    ['general.file_type', gv.u32(FILE_TYPE[quant] ?? 0)],
+    ['general.file_type', gv.u32(synthFileType(quant))],
     ['general.quantization_version', gv.u32(2)],
     [`${a}.vocab_size`, gv.u32(shape.vocabSize)],
     [`${a}.context_length`, gv.u32(shape.contextLength)],
@@ -194,7 +231,7 @@ class BlockPool {
 export async function synthesizeModel(opts: SynthOptions): Promise<SynthResult> {
   const { shape, quant } = opts;
   if (!Object.values(SYNTH_QUANTS).includes(quant)) {
-    throw new KiwiError('USAGE', `synth cannot write ${ggmlTypeName(quant)}; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
+    throw new KiwiError('USAGE', `synth cannot write ${typeof quant === 'string' ? quant : ggmlTypeName(quant)}; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
   }
   const seed = opts.seed ?? 0;
   const rng = new Prng(seed);

@@ -34,8 +34,18 @@ export interface Initializer {
   name: string;
   type: ElemType;
   dims: number[];
-  /** Little-endian element bytes, exactly product(dims) * ELEM_BYTES[type] long. */
+  /** Little-endian element bytes, exactly product(dims) * ELEM_BYTES[type] long; empty once spilled. */
   bytes: Uint8Array;
+  /** Where a spilled initializer's bytes went in the external-data file. */
+  spilled?: { offset: number; length: number };
+}
+
+export interface GraphBuilderOptions {
+  /**
+   * Writes an initializer's bytes to the external-data file now and says where; the builder then
+   * keeps no reference to them (large initializers only, EXTERNAL_MIN_BYTES and up).
+   */
+  spill?: (bytes: Uint8Array) => { offset: number; length: number };
 }
 
 interface NodeSpec {
@@ -64,7 +74,10 @@ export class GraphBuilder {
   private readonly names = new Set<string>();
   private counter = 0;
 
-  constructor(readonly name: string) {}
+  constructor(
+    readonly name: string,
+    private readonly opts: GraphBuilderOptions = {},
+  ) {}
 
   input(name: string, type: ElemType, dims: Dim[]): string {
     this.claim(name);
@@ -83,7 +96,11 @@ export class GraphBuilder {
       throw new Error(`initializer ${name}: ${bytes.byteLength} bytes for dims [${dims.join(', ')}] ${type} (expected ${expected})`);
     }
     this.claim(name);
-    this.initializers.push({ name, type, dims, bytes });
+    if (this.opts.spill !== undefined && bytes.byteLength >= EXTERNAL_MIN_BYTES) {
+      this.initializers.push({ name, type, dims, bytes: new Uint8Array(0), spilled: this.opts.spill(bytes) });
+    } else {
+      this.initializers.push({ name, type, dims, bytes });
+    }
     return name;
   }
 
@@ -145,6 +162,11 @@ export interface EncodedModel {
 const EXTERNAL_MIN_BYTES = 1024;
 const EXTERNAL_ALIGN = 64;
 
+/** The offset at or after `end` where the next external initializer starts. */
+export function alignExternal(end: number): number {
+  return Math.ceil(end / EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
+}
+
 /**
  * Serializes the graph. With `externalDataFile`, large initializers are referenced by
  * (location, offset, length) into one file that the caller writes next to the model from
@@ -154,22 +176,30 @@ const EXTERNAL_ALIGN = 64;
 export function encodeModel(graph: GraphBuilder, opts: { externalDataFile?: string } = {}): EncodedModel {
   const external: Array<{ offset: number; bytes: Uint8Array }> = [];
   let externalBytes = 0;
+  // Spilled initializers are already in the file: the others go after them.
+  for (const init of graph.initializers) if (init.spilled !== undefined) externalBytes = Math.max(externalBytes, init.spilled.offset + init.spilled.length);
   const initializer = graph.initializers.map((init) => {
-    if (opts.externalDataFile !== undefined && init.bytes.byteLength >= EXTERNAL_MIN_BYTES) {
-      const offset = Math.ceil(externalBytes / EXTERNAL_ALIGN) * EXTERNAL_ALIGN;
-      external.push({ offset, bytes: init.bytes });
-      externalBytes = offset + init.bytes.byteLength;
-      return onnx.TensorProto.create({
+    const ref = (location: string, offset: number, length: number) =>
+      onnx.TensorProto.create({
         name: init.name,
         dataType: DATA_TYPE[init.type],
         dims: init.dims,
         dataLocation: onnx.TensorProto.DataLocation.EXTERNAL,
         externalData: [
-          { key: 'location', value: opts.externalDataFile },
+          { key: 'location', value: location },
           { key: 'offset', value: String(offset) },
-          { key: 'length', value: String(init.bytes.byteLength) },
+          { key: 'length', value: String(length) },
         ],
       });
+    if (init.spilled !== undefined) {
+      if (opts.externalDataFile === undefined) throw new Error(`initializer ${init.name} was spilled: encode with its externalDataFile`);
+      return ref(opts.externalDataFile, init.spilled.offset, init.spilled.length);
+    }
+    if (opts.externalDataFile !== undefined && init.bytes.byteLength >= EXTERNAL_MIN_BYTES) {
+      const offset = alignExternal(externalBytes);
+      external.push({ offset, bytes: init.bytes });
+      externalBytes = offset + init.bytes.byteLength;
+      return ref(opts.externalDataFile, offset, init.bytes.byteLength);
     }
     return onnx.TensorProto.create({ name: init.name, dataType: DATA_TYPE[init.type], dims: init.dims, rawData: init.bytes });
   });

@@ -129,18 +129,18 @@ export function q6_KToNBits(bytes: Uint8Array, n: number, k: number): LinearWeig
 const Q4_K_BYTES = 144; // { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128] }
 
 /**
- * Q4_K -> MatMulNBits 4-bit, block 32, with float zero points. Sub-block s of a 256-element
- * super-block is w = d*sc[s]*q - dmin*m[s] (ggml dequantize_row_q4_K); MatMulNBits computes
- * scale*(q - zp), so scale = d*sc (exact in f32) and zp = dmin*m / (d*sc).
- * LOSSY by f32 rounding only: the zero point carries a relative error <= 2^-24, i.e. each weight
- * moves by at most ~1 ulp of dmin*m. A sub-block with d*sc == 0 (all weights -dmin*m) is stored
- * exactly as q = 0, scale = dmin*m, zp = 1.
+ * Q4_K -> MatMulNBits 4-bit, block 32, without zero points, plus per-block offsets. Sub-block s
+ * of a 256-element super-block is w = d*sc[s]*q - dmin*m[s] (ggml dequantize_row_q4_K);
+ * MatMulNBits with the implied zero point 8 computes scale*(q - 8), so scale = d*sc (exact in
+ * f32) and offset = 8*scale - dmin*m, which the graph applies as MatMul(blockSums(x), offsets)
+ * (stage-graph.ts). LOSSY by f32 rounding only: the offset is one rounded subtraction, so each
+ * weight moves by at most ~1 ulp of the block's magnitude 8*scale + dmin*m.
  */
 export function q4_KToNBits(bytes: Uint8Array, n: number, k: number): LinearWeight {
   const supers = checkMatrix('Q4_K tensor', n, k, QK_K, Q4_K_BYTES, bytes);
   const b = new Uint8Array(supers * 128);
   const scales = new Float32Array(supers * 8);
-  const zeroPoints = new Float32Array(supers * 8);
+  const blockOffsets = new Float32Array(supers * 8);
   for (let s = 0; s < supers; s++) {
     const src = s * Q4_K_BYTES;
     const d = f16ToF32(u16(bytes, src));
@@ -148,19 +148,12 @@ export function q4_KToNBits(bytes: Uint8Array, n: number, k: number): LinearWeig
     for (let j = 0; j < 8; j++) {
       const [sc, m] = scaleMinK4(j, bytes, src + 4);
       const scale = Math.fround(d * sc);
-      const min = Math.fround(dmin * m);
       const blk = s * 8 + j;
+      scales[blk] = scale;
+      blockOffsets[blk] = 8 * scale - Math.fround(dmin * m);
       // Sub-block j: low (j even) or high (j odd) nibbles of qs[32*(j>>1) .. +32].
       const qs = src + 16 + 32 * (j >> 1);
       const shift = (j & 1) * 4;
-      if (scale === 0) {
-        scales[blk] = min;
-        zeroPoints[blk] = 1;
-        b.fill(0, blk * 16, blk * 16 + 16);
-        continue;
-      }
-      scales[blk] = scale;
-      zeroPoints[blk] = min / scale;
       for (let l = 0; l < 16; l++) {
         const lo = (bytes[qs + 2 * l]! >> shift) & 0x0f;
         const hi = (bytes[qs + 2 * l + 1]! >> shift) & 0x0f;
@@ -168,7 +161,7 @@ export function q4_KToNBits(bytes: Uint8Array, n: number, k: number): LinearWeig
       }
     }
   }
-  return { kind: 'nbits', n, k, bits: 4, blockSize: QK, b, scales, zeroPoints };
+  return { kind: 'nbits', n, k, bits: 4, blockSize: QK, b, scales, blockOffsets };
 }
 
 /** Expands a linear weight to [n, k] f32 (for the embedding table, which is gathered by row). */
@@ -178,11 +171,12 @@ export function linearToF32(w: LinearWeight): Float32Array {
   const blocks = (w.n * w.k) / w.blockSize;
   for (let i = 0; i < blocks; i++) {
     const s = w.scales[i]!;
-    const zero = w.zeroPoints?.[i] ?? (w.bits === 4 ? 8 : 128);
+    const zero = w.bits === 4 ? 8 : 128;
+    const offset = w.blockOffsets?.[i];
     for (let j = 0; j < w.blockSize; j++) {
       const e = i * w.blockSize + j;
       const u = w.bits === 8 ? w.b[e]! : (w.b[e >> 1]! >> ((e & 1) * 4)) & 0x0f;
-      out[e] = s * (u - zero);
+      out[e] = offset === undefined ? s * (u - zero) : s * (u - zero) + offset; // no + 0: keeps -0
     }
   }
   return out;

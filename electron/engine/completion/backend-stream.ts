@@ -7,7 +7,10 @@ import { encodeChatPrompt, type ChatTemplate } from '../model/chat-template.js';
 import type { Tokenizer } from '../model/tokenizer/tokenizer.js';
 import type { GenerateParams, GenerateResult } from '../runtime/generation.js';
 import { Sampler } from '../runtime/sampling.js';
+import { createConstraint } from '../runtime/constrained/token-constraint.js';
 import type { GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
+import { toolChatInput } from './tool-prompt.js';
+import { toolSyntaxOf } from './tool-syntax.js';
 
 /** The generation loop a backend drives (BatchGenerator, RingGenerator). */
 export interface TokenGenerator {
@@ -28,14 +31,14 @@ export type RunningGenerations = Map<(reason: unknown) => void, Promise<unknown>
 export function preparePrompt(tok: Tokenizer, template: ChatTemplate, prompt: PromptInput): PreparedPrompt {
   let ids: number[];
   let text: string;
+  let toolSyntax: PreparedPrompt['toolSyntax'];
   switch (prompt.kind) {
     case 'chat': {
       // OpenAI's newer 'developer' role is the 'system' role of chat templates.
-      ({ text, ids } = encodeChatPrompt(
-        tok,
-        template,
-        prompt.messages.map((m) => ({ role: m.role === 'developer' ? 'system' : m.role, content: m.content })),
-      ));
+      const turns = prompt.messages.map((m) => ({ ...m, role: m.role === 'developer' ? 'system' : m.role }));
+      const { messages, variables } = toolChatInput(template.template, turns, prompt.tools);
+      ({ text, ids } = encodeChatPrompt(tok, template, messages, { variables }));
+      toolSyntax = toolSyntaxOf(template.template);
       break;
     }
     case 'text':
@@ -53,7 +56,26 @@ export function preparePrompt(tok: Tokenizer, template: ChatTemplate, prompt: Pr
       break;
   }
   if (ids.length === 0) throw new KiwiError('API_BAD_REQUEST', 'the prompt is empty; give at least one token', { param: prompt.kind === 'chat' ? 'messages' : 'prompt' });
-  return { ids, text };
+  return toolSyntax !== undefined ? { ids, text, toolSyntax } : { ids, text };
+}
+
+/** FIM token spellings of the families that have them: Qwen2.5-Coder / StarCoder2 / DeepSeek-style `<|fim_*|>`, StarCoder's `<fim_*>`, CodeLlama's `<PRE>`. */
+const FIM_SPELLINGS: ReadonlyArray<readonly [string, string, string]> = [
+  ['<|fim_prefix|>', '<|fim_suffix|>', '<|fim_middle|>'],
+  ['<fim_prefix>', '<fim_suffix>', '<fim_middle>'],
+  ['<|fim▁begin|>', '<|fim▁hole|>', '<|fim▁end|>'],
+  ['▁<PRE>', '▁<SUF>', '▁<MID>'],
+];
+
+/** The vocabulary's fill-in-the-middle tokens (as text the prompt tokenizer turns back into them), if it has a full set. */
+export function fimTokensOf(tok: Tokenizer): { prefix: string; suffix: string; middle: string } | undefined {
+  for (const [p, s, m] of FIM_SPELLINGS) {
+    if (tok.tokenId(p) !== undefined && tok.tokenId(s) !== undefined && tok.tokenId(m) !== undefined) {
+      const text = (t: string) => t.replace(/^▁/, '');
+      return { prefix: text(p), suffix: text(s), middle: text(m) };
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -84,18 +106,22 @@ export async function* streamGeneration(
     wake = undefined;
   };
   const decoder = tok.createStreamDecoder();
+  const sampler = new Sampler(request.sampling);
+  // Scoring a given text (forced ids, for echo's prompt logprobs): an end-of-generation token in it is just a token.
+  const scoring = request.sampling.forcedIds !== undefined;
   const done = generator
     .generate({
       promptIds: request.promptIds,
       maxTokens: request.maxTokens,
-      sampler: new Sampler(request.sampling),
-      isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
+      sampler,
+      isEndOfGeneration: (id) => !scoring && tok.isEndOfGeneration(id),
       // The streamed pieces (token_to_piece, as llama.cpp's server sends them); stop sequences are looked for in them.
       decoder,
       stop: request.stop,
       signal: cancel.signal,
+      ...(request.grammar !== undefined ? { constraint: createConstraint(request.grammar, tok) } : {}),
       onToken: (id, text) => {
-        events.push({ type: 'token', id, text });
+        events.push({ type: 'token', id, text, logprobs: sampler.lastLogprobs });
         notify();
       },
     })

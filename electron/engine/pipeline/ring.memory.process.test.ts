@@ -1,0 +1,69 @@
+// Memory the planner admits, measured on real processes (Linux /proc): a default `kiwi host` and two
+// default `kiwi join`s on loopback (each runs its device bench and sends it) plan at a timed tier, not
+// the memory-proportional `memory` one; each process's anonymous resident memory, once serving, stays
+// within the stage memory the plan admitted for it; a member joined with --memory-mb is planned and
+// stays within that budget.
+import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import OpenAI from 'openai';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { isolatedCacheDir, kiwiEntry, ProcessSet, repoRoot, type Proc, waitEvent } from '../test-support/processes.js';
+
+const run = promisify(execFile);
+const procs = new ProcessSet();
+const tempDir = isolatedCacheDir('kiwi-ring-memory-');
+afterEach(() => procs.killAll());
+afterAll(() => procs.dispose());
+
+async function rssAnonBytes(p: Proc): Promise<number> {
+  const status = await readFile(`/proc/${p.child.pid}/status`, 'utf8');
+  return Number(/^RssAnon:\s+(\d+) kB/m.exec(status)![1]) * 1024;
+}
+
+interface PlanStage {
+  device: string;
+  start: number;
+  end: number;
+  memory_bytes: number;
+}
+
+const BUDGET_MIB = 300;
+
+describe.runIf(process.platform === 'linux')('admitted memory (real processes on loopback)', () => {
+  it('plans a default session from measurements and keeps every process within the memory the plan admitted', async () => {
+    // 8 blocks of ~60M weights each: the layers, not the runtime's baseline, are most of each process.
+    const model = join(tempDir(), 'mem8.gguf');
+    const shape = { name: 'mem8', architecture: 'llama', blockCount: 8, embeddingLength: 2048, headCount: 16, headCountKv: 4, feedForwardLength: 8192, vocabSize: 4096, contextLength: 512 };
+    await run(process.execPath, [...kiwiEntry(), 'synth', '--shape', JSON.stringify(shape), '--quant', 'q4_0', '--out', model, '--seed', '3'], { cwd: repoRoot });
+
+    const rv = procs.kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json');
+    const rendezvous = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous')).url as string;
+    const host = procs.kiwiMeasured('host', '--model', model, '--port', '0', '--rendezvous', rendezvous, '--auto-approve', '--expect', '2', '--context', '256', '--parallel', '1', '--json');
+    const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code', 60_000)).code as string;
+    // Both members have their own copy: this test is about memory, not transfer time.
+    const ada = procs.kiwiMeasured('join', code, '--rendezvous', rendezvous, '--name', 'ada', '--model', model, '--json');
+    const bob = procs.kiwiMeasured('join', code, '--rendezvous', rendezvous, '--name', 'bob', '--model', model, '--memory-mb', String(BUDGET_MIB), '--json');
+    const serving = await waitEvent(host, (e) => e.event === 'serving', 'the ring to serve', 170_000);
+
+    // Default flows measured their device (a progress line while the bench ran, cached afterwards).
+    const plan = host.events.find((e) => e.event === 'plan') as { tier: string; stages: PlanStage[] };
+    expect(['measured', 'bandwidth']).toContain(plan.tier);
+    expect(host.events.some((e) => e.event === 'bench-progress')).toBe(true);
+    expect(plan.stages.map((s) => s.device).sort()).toEqual(['ada', 'bob', 'host']);
+    const bobStage = plan.stages.find((s) => s.device === 'bob')!;
+    expect(bobStage.memory_bytes).toBeLessThanOrEqual(BUDGET_MIB * 2 ** 20);
+
+    const client = new OpenAI({ baseURL: serving.url as string, apiKey: 'unused' });
+    const got = await client.completions.create({ model: 'mem8', prompt: 'a b c d', max_tokens: 16, temperature: 0 });
+    expect(got.usage?.completion_tokens).toBe(16);
+
+    const measured: Record<string, number> = {};
+    for (const [name, p] of [['host', host], ['ada', ada], ['bob', bob]] as const) measured[name] = await rssAnonBytes(p);
+    const report = plan.stages.map((s) => `${s.device} ${s.start}-${s.end}: RssAnon ${(measured[s.device]! / 2 ** 20).toFixed(0)} MiB, admitted ${(s.memory_bytes / 2 ** 20).toFixed(0)} MiB`);
+    for (const s of plan.stages) expect(measured[s.device], report.join('; ')).toBeLessThanOrEqual(s.memory_bytes);
+    expect(measured.bob, report.join('; ')).toBeLessThanOrEqual(BUDGET_MIB * 2 ** 20);
+    console.log(`admitted vs measured: ${report.join('; ')}`);
+  }, 240_000);
+});

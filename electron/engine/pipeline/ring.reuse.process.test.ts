@@ -1,0 +1,94 @@
+// Members keep and reuse the layers they hold (issue 15): after a member is killed the survivors'
+// ranges move, and each survivor receives from the host exactly the layers it never held (its
+// earlier layers stay verified on disk), which is what its `ready` and the host's `recovered`
+// report as moved. The streamed text stays exactly the text without failure. Real processes on
+// loopback, a synthetic 12-layer model so that ranges have room to move.
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
+import { modelSizesFromGguf } from '../planner/model-sizes.js';
+import { FaultRing, generateReference, streamCompletion, synthModel, type FaultMember } from '../test-support/fault-ring.js';
+import { isolatedCacheDir, ProcessSet, type Event } from '../test-support/processes.js';
+import { stageTensorNames } from './member-weights.js';
+
+const procs = new ProcessSet();
+const tempDir = isolatedCacheDir('kiwi-ring-reuse-');
+afterEach(() => procs.killAll());
+afterAll(() => procs.dispose());
+
+interface Range { start: number; end: number }
+
+/** The ranges a member loaded, in order: each `ready` paired with the `assigned` before it. */
+function loadedRanges(events: readonly Event[]): Array<Range & { transferred: number; source: string }> {
+  const out: Array<Range & { transferred: number; source: string }> = [];
+  let last: Range | undefined;
+  for (const e of events) {
+    if (e.event === 'assigned') last = { start: e.start as number, end: e.end as number };
+    if (e.event === 'ready' && last !== undefined) out.push({ ...last, transferred: e.transferred_bytes as number, source: e.source as string });
+  }
+  return out;
+}
+
+/** Bytes of the tensors of `range` that none of `held` covers. */
+function lackedBytes(file: GgufFile, range: Range, held: readonly Range[]): number {
+  const have = new Set(held.flatMap((r) => stageTensorNames(file, r)));
+  return stageTensorNames(file, range).filter((n) => !have.has(n)).reduce((sum, n) => sum + file.tensor(n)!.byteLength, 0);
+}
+
+describe('a re-plan moves only the layers members lack (real processes on loopback)', () => {
+  it('a survivor whose range grows after a kill receives exactly the layers it did not hold, and the text stays identical', async () => {
+    const model = await synthModel(join(tempDir(), 'reuse12.gguf'), 12, 'f32');
+    const file = await openGguf(model);
+    const want = generateReference(model, 'hello world', 64);
+    // Sized as the host's planner sizes them: the host holds 2 blocks, each member at most 6, so the
+    // three members share 10 blocks and the two survivors of a kill must take more each.
+    const sizes = modelSizesFromGguf(file);
+    const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * 1024;
+    const dir = tempDir();
+    const hostCaps = join(dir, 'capabilities-host.json');
+    await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: sizes.headResidentBytes + 2 * perBlock + perBlock / 2 } }));
+    const names = ['m1', 'm2', 'm3'];
+    const members: FaultMember[] = names.map((name) => ({ name, memoryBytes: 6 * perBlock + perBlock / 2 }));
+    const ring = await FaultRing.start(procs, { model, members, dir, heartbeatMs: 500, heartbeatTimeoutS: 10, recoveryTimeoutS: 30, hostArgs: ['--capabilities', hostCaps] });
+    const before = await ring.status();
+    expect(before.stages.filter((s) => s.peer !== 0).map((s) => s.name).sort(), 'every member holds layers').toEqual(names);
+    const loadedBefore = new Map(names.map((n) => [n, loadedRanges(ring.member(n).events).length]));
+    // The middle member of the ring dies: both neighbours' ranges can move.
+    const victim = before.stages.filter((s) => s.peer !== 0).sort((a, b) => a.start - b.start)[1]!.name;
+
+    let killedAt: number | undefined;
+    const got = await streamCompletion(ring.url, { model: 'reuse12', prompt: 'hello world', maxTokens: 64 }, (i) => {
+      if (i === 10) {
+        killedAt = Date.now();
+        ring.signal(victim, 'SIGKILL');
+      }
+    }, { stallMs: 40_000 });
+    expect(killedAt).toBeDefined();
+    expect(got.error, ring.logs()).toBeUndefined();
+    expect(got.text, ring.logs()).toBe((await want).text);
+
+    const after = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
+    let moved = 0;
+    let grown = 0;
+    for (const name of names.filter((n) => n !== victim)) {
+      const loads = loadedRanges(ring.member(name).events);
+      const stage = after.stages.find((s) => s.name === name);
+      if (stage === undefined) continue;
+      const now = loads.at(-1)!;
+      expect(now, `${name}'s last load is its range in the new plan\n${ring.logs()}`).toMatchObject({ start: stage.start, end: stage.end });
+      if (loads.length === loadedBefore.get(name)) continue; // kept its stage: nothing moved
+      const held = loads.slice(0, -1);
+      const lacked = lackedBytes(file, now, held);
+      expect(now.transferred, `${name}: ${JSON.stringify(loads)}\n${ring.logs()}`).toBe(lacked);
+      moved += now.transferred;
+      const full = stageTensorNames(file, now).reduce((sum, n) => sum + file.tensor(n)!.byteLength, 0);
+      if (lacked < full && now.end - now.start > Math.max(...held.map((r) => r.end - r.start))) grown++;
+    }
+    expect(grown, `a survivor's range grew over layers it held\n${ring.logs()}`).toBeGreaterThan(0);
+    expect(after.recoveries?.[0]?.bytesMoved).toBe(moved);
+    const recovered = ring.hostEvents('recovered');
+    expect(recovered[0]?.bytes_moved).toBe(moved);
+    expect(ring.hostEvents('error')).toEqual([]);
+  }, 180_000);
+});

@@ -1,0 +1,149 @@
+import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import { isKiwiError } from '../errors.js';
+import { stageCost, type DeviceCost } from './cost-model.js';
+import type { DeviceSpec, Fleet, LayerRange } from './fleet.js';
+import { parseFleetFile } from './fleet.js';
+import { fetchBlocks, fewestMoves, heldPrefix } from './moves.js';
+import { planFleet } from './plan.js';
+import { toPlanJson } from './plan-json.js';
+import { compositions } from './test-support/brute-force.js';
+
+const GB = 1e9;
+const BLOCK = 218_000_000;
+
+/** An 8B-shaped model: 32 blocks, the head twice a block's bytes (so its cost is 2 blocks' on a device priced by block_ms). */
+function fleet(devices: DeviceSpec[]): Fleet {
+  return {
+    model: { name: 'llama-3.1-8b-q4_0', layers: 32, blockBytes: BLOCK, headBytes: 2 * BLOCK, headResidentBytes: 3 * BLOCK, kvBytesPerTokenPerLayer: 4096 },
+    context: 4096,
+    concurrency: 1,
+    devices,
+    rtts: [],
+  };
+}
+
+const ranges = (...rs: Array<[number, number]>): LayerRange[] => rs.map(([start, end]) => ({ start, end }));
+
+describe('re-plans that keep what members hold', () => {
+  // The issue's ring: host 0-9, m1 9-21, m2 21-32; m2 is gone, so host and m1 re-plan.
+  const holds = { host: ranges([0, 9]), m1: ranges([9, 21]) };
+  it.each([
+    {
+      what: 'keeps m1 and extends it when that stays within 5% of the best bottleneck',
+      // Best: host 0-10 (12 ms), m1 10-32 (22 × 0.56 = 12.32 ms); keeping host 0-9: m1 23 × 0.56 = 12.88 ms, 4.5% slower.
+      m1BlockMs: 0.56, moveMargin: undefined,
+      ranges: [[0, 9], [9, 32]], fetch: [0, 11],
+    },
+    {
+      what: 'takes the fastest division when margin 0 allows no slower one',
+      m1BlockMs: 0.56, moveMargin: 0,
+      ranges: [[0, 10], [10, 32]], fetch: [1, 11],
+    },
+    {
+      what: 'takes the faster division when keeping would cost more than 5% (the issue\'s equal devices: 23 against 17 ms)',
+      m1BlockMs: 1, moveMargin: undefined,
+      ranges: [[0, 15], [15, 32]], fetch: [6, 11],
+    },
+  ])('$what', ({ m1BlockMs, moveMargin, ranges: expected, fetch }) => {
+    const f = fleet([
+      { name: 'host', memoryBytes: 100 * GB, blockMs: 1, holds: holds.host },
+      { name: 'm1', memoryBytes: 100 * GB, blockMs: m1BlockMs, holds: holds.m1 },
+    ]);
+    const plan = planFleet(f, { anchorMargin: Number.POSITIVE_INFINITY, ...(moveMargin !== undefined ? { moveMargin } : {}) });
+    expect(plan.division.stages.map((s) => [s.start, s.end])).toEqual(expected);
+    const json = toPlanJson(f, plan);
+    expect(json.stages.map((s) => s.fetch_bytes)).toEqual(fetch.map((n) => n * BLOCK));
+    expect(json.fetch_bytes).toBe((fetch[0]! + fetch[1]!) * BLOCK);
+  });
+
+  it('plans as before when nobody holds anything, and says every block is fetched', () => {
+    const devices: DeviceSpec[] = [
+      { name: 'host', memoryBytes: 100 * GB, blockMs: 1 },
+      { name: 'm1', memoryBytes: 100 * GB, blockMs: 0.56 },
+    ];
+    const plan = planFleet(fleet(devices));
+    expect(plan.division.stages.map((s) => [s.start, s.end, s.fetchBlocks])).toEqual([[0, 10, 10], [10, 32, 22]]);
+  });
+
+  it('keeps a range that is already as fast as the best division, fetching nothing', () => {
+    const f = fleet([
+      { name: 'host', memoryBytes: 100 * GB, blockMs: 1, holds: ranges([0, 15]) },
+      { name: 'm1', memoryBytes: 100 * GB, blockMs: 1, holds: ranges([15, 32]) },
+    ]);
+    const plan = planFleet(f);
+    expect(plan.division.stages.map((s) => [s.start, s.end, s.fetchBlocks])).toEqual([[0, 15, 0], [15, 32, 0]]);
+  });
+
+  it('reads holds from the fleet file and refuses ranges outside the model', () => {
+    const file = parseFleetFile({
+      model: { name: 'm', layers: 32, block_bytes: BLOCK, head_bytes: 2 * BLOCK, head_resident_bytes: 3 * BLOCK, kv_bytes_per_token_per_layer: 4096 },
+      context: 4096,
+      devices: [
+        { name: 'host', memory_bytes: 100 * GB, block_ms: 1, holds: [[0, 9]] },
+        { name: 'm1', memory_bytes: 100 * GB, block_ms: 0.56, holds: [[9, 21], [30, 32]] },
+      ],
+    });
+    expect(file.devices.map((d) => d.holds)).toEqual([ranges([0, 9]), ranges([9, 21], [30, 32])]);
+    const plan = planFleet(file as Fleet, { anchorMargin: Number.POSITIVE_INFINITY });
+    expect(plan.division.stages.map((s) => [s.start, s.end, s.fetchBlocks])).toEqual([[0, 9, 0], [9, 32, 9]]);
+    expect(() => parseFleetFile({ ...file, model: { name: 'm', layers: 32, block_bytes: 1, head_bytes: 1, head_resident_bytes: 1, kv_bytes_per_token_per_layer: 1 }, devices: [{ name: 'x', memory_bytes: 1, holds: [[5, 5]] }] })).toThrow(/holds\[0\]/);
+    try {
+      planFleet(fleet([{ name: 'x', memoryBytes: 100 * GB, blockMs: 1, holds: ranges([30, 40]) }]));
+      expect.unreachable();
+    } catch (err) {
+      expect(isKiwiError(err, 'FLEET_INVALID')).toBe(true);
+    }
+  });
+
+  it('finds the fewest moves within the bound, as trying every division does', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 4 }).chain((m) =>
+          fc.record({
+            layers: fc.integer({ min: m, max: 10 }),
+            perBlock: fc.array(fc.integer({ min: 1, max: 5 }), { minLength: m, maxLength: m }),
+            caps: fc.array(fc.integer({ min: 1, max: 10 }), { minLength: m, maxLength: m }),
+            holds: fc.array(fc.array(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 4 })), { maxLength: 2 }), { minLength: m, maxLength: m }),
+            slack: fc.integer({ min: 0, max: 20 }),
+          }),
+        ),
+        ({ layers, perBlock, caps, holds, slack }) => {
+          const costs: DeviceCost[] = perBlock.map((p, i) => ({ perBlock: p, head: 1, blockMemoryBytes: 1, headMemoryBytes: 0, memoryBytes: caps[i]! }));
+          const chain = costs.map((_, i) => i);
+          const held = heldPrefix(holds.map((hs) => hs.map(([start, len]) => ({ start, end: start + len }))), layers);
+          const bound = Math.max(...perBlock) + slack;
+          let best: { miss: number; worst: number } | null = null;
+          for (const counts of compositions(layers, chain.length)) {
+            if (counts.some((k, i) => k > caps[i]! || stageCost(costs[i]!, k, i === 0) > bound)) continue;
+            let start = 0;
+            let miss = 0;
+            counts.forEach((k, i) => {
+              miss += fetchBlocks(held, i, start, start + k);
+              start += k;
+            });
+            const worst = Math.max(...counts.map((k, i) => stageCost(costs[i]!, k, i === 0)));
+            if (best === null || miss < best.miss || (miss === best.miss && worst < best.worst)) best = { miss, worst };
+          }
+          const got = fewestMoves(costs, chain, layers, held, bound);
+          if (best === null) {
+            expect(got).toBeNull();
+            return;
+          }
+          expect(got).not.toBeNull();
+          let start = 0;
+          let miss = 0;
+          got!.forEach((k, i) => {
+            miss += fetchBlocks(held, i, start, start + k);
+            start += k;
+          });
+          expect(start).toBe(layers);
+          expect(miss).toBe(best.miss);
+          expect(Math.max(...got!.map((k, i) => stageCost(costs[i]!, k, i === 0)))).toBe(best.worst);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+});

@@ -1,0 +1,84 @@
+// Re-plans that keep what members hold (issue 15): which blocks each device holds now, how many a
+// stage would have to fetch, and, for a fixed chain, the division within a bottleneck bound that
+// fetches the fewest blocks. Pure.
+import { costCapacityBlocks, memoryCapacityBlocks, stageCost, type DeviceCost } from './cost-model.js';
+import type { LayerRange } from './fleet.js';
+
+/** A division is re-chosen to move less only when its bottleneck stays within this share of the best. */
+export const MOVE_MARGIN = 0.05;
+
+/** Per device: prefix counts of the blocks it holds (held[d][k] = held blocks among [0, k)). */
+export type HeldPrefix = ReadonlyArray<Int32Array>;
+
+export function heldPrefix(holds: ReadonlyArray<readonly LayerRange[] | undefined>, layers: number): HeldPrefix {
+  return holds.map((ranges) => {
+    const mark = new Uint8Array(layers);
+    for (const r of ranges ?? []) for (let k = Math.max(0, r.start); k < Math.min(layers, r.end); k++) mark[k] = 1;
+    const prefix = new Int32Array(layers + 1);
+    for (let k = 0; k < layers; k++) prefix[k + 1] = (prefix[k] as number) + (mark[k] as number);
+    return prefix;
+  });
+}
+
+/** Blocks of [start, end) that `device` does not hold. */
+export function fetchBlocks(held: HeldPrefix, device: number, start: number, end: number): number {
+  const p = held[device];
+  if (p === undefined) return end - start;
+  return end - start - ((p[end] as number) - (p[start] as number));
+}
+
+/**
+ * The division of `layers` blocks over `chain` (chain[0] holds the head) whose every stage costs at
+ * most `bound` and fits in memory, fetching the fewest blocks; among those, the lowest bottleneck.
+ * Returns the counts per chain position, or null when no division meets the bound.
+ */
+export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number[], layers: number, held: HeldPrefix, bound: number): number[] | null {
+  const m = chain.length;
+  if (m === 0 || layers < m) return null;
+  const maxPerDevice = layers - (m - 1);
+  const caps = chain.map((d, i) => {
+    const c = costs[d] as DeviceCost;
+    return Math.min(memoryCapacityBlocks(c, i === 0), costCapacityBlocks(c, i === 0, bound, maxPerDevice), maxPerDevice);
+  });
+  if (caps.some((cap) => cap < 1)) return null;
+  // miss[i][e], worst[i][e]: the best way to place stages 0..i-1 over blocks [0, e); from[i][e] its last start.
+  const INF = Number.POSITIVE_INFINITY;
+  let miss = new Float64Array(layers + 1).fill(INF);
+  let worst = new Float64Array(layers + 1).fill(INF);
+  miss[0] = 0;
+  worst[0] = 0;
+  const from: Int32Array[] = [];
+  for (let i = 0; i < m; i++) {
+    const d = chain[i] as number;
+    const c = costs[d] as DeviceCost;
+    const nextMiss = new Float64Array(layers + 1).fill(INF);
+    const nextWorst = new Float64Array(layers + 1).fill(INF);
+    const back = new Int32Array(layers + 1).fill(-1);
+    // Stage i ends after at least i + 1 blocks and leaves one block for each stage after it.
+    for (let e = i + 1; e <= layers - (m - 1 - i); e++) {
+      for (let k = 1; k <= (caps[i] as number) && e - k >= i; k++) {
+        const s = e - k;
+        const before = miss[s] as number;
+        if (before === INF) continue;
+        const mv = before + fetchBlocks(held, d, s, e);
+        const w = Math.max(worst[s] as number, stageCost(c, k, i === 0));
+        if (mv < (nextMiss[e] as number) || (mv === nextMiss[e] && w < (nextWorst[e] as number))) {
+          nextMiss[e] = mv;
+          nextWorst[e] = w;
+          back[e] = s;
+        }
+      }
+    }
+    from.push(back);
+    miss = nextMiss;
+    worst = nextWorst;
+  }
+  if (miss[layers] === INF) return null;
+  const counts = new Array<number>(m).fill(0);
+  for (let i = m - 1, e = layers; i >= 0; i--) {
+    const s = (from[i] as Int32Array)[e] as number;
+    counts[i] = e - s;
+    e = s;
+  }
+  return counts;
+}

@@ -1,0 +1,121 @@
+// What a stage really keeps resident, per GGUF tensor type: the form the runtime converts each
+// matrix to (weights/repack.ts) and the size onnxruntime's MLAS packs it into at session creation
+// (MatMulNBits with int8 activations, accuracy level 4: the quantized data, an f32 scale and an
+// f32 block sum per block, MlasQNBitGemmPackQuantBDataSize), the embedding the first stage keeps in
+// JS (GGUF bytes), the f32 K/V buffers and the scratch a run allocates. Pure arithmetic; bench/memory.ts
+// measures real processes against it and the planner (planner/model-sizes.ts) admits by it.
+import type { GgufFile, GgufTensorInfo } from '../model/gguf/gguf-reader.js';
+import { GgmlType, ggmlTypeName } from '../model/gguf/gguf-types.js';
+import type { DecoderShape } from './stage-graph.js';
+import type { StagePlan } from './stage-weights.js';
+
+/** Bytes of the runtime's form of one matrix element type, per weight (from the packed layout). */
+export interface RuntimeForm {
+  bits: number;
+  blockSize: number;
+  /** Per-block side tables of the packed layout: f32 scale + f32 block sum (+ zero points). */
+  sideBytesPerBlock: number;
+}
+
+/** The runtime's form of a GGUF matrix type (undefined: expanded to f32, 4 bytes a weight). */
+export function runtimeForm(type: GgmlType): RuntimeForm | undefined {
+  switch (type) {
+    case GgmlType.Q4_0:
+      return { bits: 4, blockSize: 32, sideBytesPerBlock: 8 };
+    case GgmlType.Q4_K:
+      // Prepacked like Q4_0 (no zero points) plus the f32 block offsets of the mins term
+      // (stage-graph.ts nbitsLinear): 4 + 1 + 1 + 1 = 7 bits a weight.
+      return { bits: 4, blockSize: 32, sideBytesPerBlock: 12 };
+    case GgmlType.Q8_0:
+      return { bits: 8, blockSize: 32, sideBytesPerBlock: 8 };
+    case GgmlType.Q6_K:
+      return { bits: 8, blockSize: 16, sideBytesPerBlock: 8 };
+    default:
+      return undefined;
+  }
+}
+
+/** Resident bytes per weight of a matrix of `type` once its session is created. */
+export function packedBytesPerWeight(type: GgmlType): number {
+  const f = runtimeForm(type);
+  if (f === undefined) return 4;
+  return f.bits / 8 + f.sideBytesPerBlock / f.blockSize;
+}
+
+/** Same, by ggml type name (what a model summary lists); unknown names count as f32. */
+export function packedBytesPerWeightByName(name: string): number {
+  const t = (Object.values(GgmlType) as Array<string | number>).find((v) => typeof v === 'number' && ggmlTypeName(v as GgmlType) === name);
+  return t === undefined ? 4 : packedBytesPerWeight(t as GgmlType);
+}
+
+/** K and V are f32 in the stage's caches (stage.ts): 4 bytes per element. */
+export const RUNTIME_KV_BYTES_PER_ELEMENT = 4;
+
+/** K/V buffers grow in steps of this many positions (stage.ts KV_GROWTH_POSITIONS). */
+export const KV_GROWTH_STEP = 256;
+
+export interface StageResident {
+  /** Packed matrices and f32 vectors in onnxruntime. */
+  weights: number;
+  /** token_embd bytes the first stage keeps in JS. */
+  embedding: number;
+  /** K/V buffers of the reserved positions. */
+  kv: number;
+  /** Activations of one decode/prefill run (hidden states, logits, attention scratch). */
+  scratch: number;
+  total: number;
+}
+
+function elements(t: GgufTensorInfo): number {
+  return t.dims.reduce((a, b) => a * b, 1);
+}
+
+/** Resident bytes of one tensor in the runtime's form. */
+export function tensorResidentBytes(t: GgufTensorInfo): number {
+  return t.dims.length === 2 ? elements(t) * packedBytesPerWeight(t.type) : elements(t) * 4;
+}
+
+function stageTensors(file: GgufFile, plan: StagePlan): GgufTensorInfo[] {
+  const out: GgufTensorInfo[] = [];
+  for (const t of file.tensors) {
+    const m = /^blk\.(\d+)\./.exec(t.name);
+    if (m !== null) {
+      const L = Number(m[1]);
+      if (L >= plan.start && L < plan.end) out.push(t);
+    } else if (plan.head && t.name === 'output_norm.weight') out.push(t);
+  }
+  if (plan.head) {
+    const output = file.tensor('output.weight') ?? file.tensor('token_embd.weight');
+    if (output !== undefined) out.push(output);
+  }
+  return out;
+}
+
+/** Weights (matrix elements) of the stage's matrices. */
+export function stageWeightCount(file: GgufFile, _shape: DecoderShape, plan: StagePlan): number {
+  return stageTensors(file, plan)
+    .filter((t) => t.dims.length === 2)
+    .reduce((a, t) => a + elements(t), 0);
+}
+
+/** What a stage of `plan` keeps resident with `kvPositions` positions reserved for `requests` requests. */
+export function stageResidentBytes(
+  file: GgufFile,
+  shape: DecoderShape,
+  plan: StagePlan,
+  opts: { kvPositions: number; requests?: number },
+): StageResident {
+  const weights = stageTensors(file, plan).reduce((a, t) => a + tensorResidentBytes(t), 0);
+  const embedding = plan.start === 0 ? (file.tensor('token_embd.weight')?.byteLength ?? 0) : 0;
+  const requests = opts.requests ?? 1;
+  const positions = Math.ceil(opts.kvPositions / KV_GROWTH_STEP) * KV_GROWTH_STEP;
+  const kv = (plan.end - plan.start) * 2 * shape.kvHeads * shape.headDim * RUNTIME_KV_BYTES_PER_ELEMENT * positions * requests;
+  const scratch = scratchBytes(shape, plan.head);
+  return { weights, embedding, kv, scratch, total: weights + embedding + kv + scratch };
+}
+
+/** Activations of a run: a few hidden-sized buffers per position of a prefill chunk, plus the logits. */
+export function scratchBytes(shape: Pick<DecoderShape, 'hidden' | 'vocab'>, head: boolean): number {
+  const chunk = 128;
+  return chunk * shape.hidden * 4 * 16 + (head ? shape.vocab * 4 * 2 : 0);
+}
