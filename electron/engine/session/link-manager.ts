@@ -197,12 +197,12 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
     if (this.current(entry)) this.setStatus(entry, { ...entry.status, state: 'failed', error: lastError });
   }
 
-  private async dialIce(entry: Entry): Promise<Link> {
-    const IcePeer = this.icePeer!;
+  /** An ICE attempt for `entry`'s link, signalling through the session; recorded as the entry's attempt. */
+  private startIce(entry: Entry, role: 'initiator' | 'responder'): IcePeer {
     const a = entry.assignment;
     const ice = this.opts.ice!;
-    const peer = new IcePeer({
-      role: 'initiator',
+    const peer = new this.icePeer!({
+      role,
       iceServers: ice.iceServers,
       maxMessageBytes: this.maxPayloadBytes + 64,
       ...(ice.timeoutMs !== undefined ? { timeoutMs: ice.timeoutMs } : {}),
@@ -210,6 +210,11 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
       sendSignal: (s) => this.opts.sendSignal!(a.peer, a.linkId, s),
     });
     entry.ice = peer;
+    return peer;
+  }
+
+  private async dialIce(entry: Entry): Promise<Link> {
+    const peer = this.startIce(entry, 'initiator');
     try {
       return await peer.link;
     } finally {
@@ -219,18 +224,7 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
 
   private async answerIce(entry: Entry, offer: IceSignal): Promise<void> {
     // Synchronous up to `entry.ice = peer`: candidates that follow the offer must find the attempt.
-    const IcePeer = this.icePeer!;
-    const a = entry.assignment;
-    const ice = this.opts.ice!;
-    const peer = new IcePeer({
-      role: 'responder',
-      iceServers: ice.iceServers,
-      maxMessageBytes: this.maxPayloadBytes + 64,
-      ...(ice.timeoutMs !== undefined ? { timeoutMs: ice.timeoutMs } : {}),
-      ...(ice.bindAddress !== undefined ? { bindAddress: ice.bindAddress } : {}),
-      sendSignal: (s) => this.opts.sendSignal!(a.peer, a.linkId, s),
-    });
-    entry.ice = peer;
+    const peer = this.startIce(entry, 'responder');
     peer.signal(offer);
     let link: Link;
     try {
@@ -247,7 +241,7 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
       return;
     }
     // Only the assigned neighbour can have answered through the host for this link id.
-    this.accept(link, a.peer);
+    this.accept(link, entry.assignment.peer);
   }
 
   private accept(link: Link, relayPeer: number | undefined): void {
