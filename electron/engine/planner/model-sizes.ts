@@ -16,10 +16,11 @@ export const KV_BYTES_PER_ELEMENT = RUNTIME_KV_BYTES_PER_ELEMENT;
  * Anonymous memory of a stage process besides its layers: Node, V8's heap, onnxruntime's library
  * and its worker thread, the session, link and API code, buffers of weights in transit. Measured
  * (Linux x64, run from source with tsx; ring.memory.process.test.ts): a one-stage process of the
- * 260K-parameter test model 60-85 MiB, `kiwi join` members 110-125 MiB, `kiwi host` about 145 MiB
- * over its layers; this is above all of them.
+ * 260K-parameter test model 60-85 MiB, `kiwi join` members 110-125 MiB, `kiwi host` 145-165 MiB
+ * over its layers (V8's heap grows by when it collects, so runs differ by some 20 MiB); this is
+ * above all of them with room for that spread.
  */
-export const RUNTIME_BASELINE_BYTES = 160 * 2 ** 20;
+export const RUNTIME_BASELINE_BYTES = 192 * 2 ** 20;
 
 /**
  * The planner's sizes from a GGUF's summary. The largest block stands for every block, so that
