@@ -271,9 +271,12 @@ describe('the ring live: tokens flowing, a member killed, the ring recovering', 
     cliMember('dave');
     const back = await until('the ring to serve with dave', host, (s) => s.ring_state?.phase === 'serving' && (s.ring_state?.recoveries.length ?? 0) >= 2, 90_000);
     expect(back.ring_state?.epoch).toBe(3);
-    await banner.waitFor({ state: 'detached', timeout: 10_000 });
+    // The page polls: its waiting banner gives way to a recovering one before it shows serving, so
+    // wait for no banner at all; the host records the recovery as it starts serving (one step).
+    await hostPage.getByTestId('ring-banner').waitFor({ state: 'detached', timeout: 10_000 });
     await hostPage.getByTestId('topology').getByTestId('node-dave').waitFor();
     await expect(hostPage.getByTestId('recoveries').locator('tbody tr').count()).resolves.toBe(2);
+    expect(await hostPage.getByTestId('recoveries').locator('tbody tr').first().locator('td').first().textContent()).toBe('3');
     expect(await chat(host, 16)).toMatchObject({ done: true, error: null });
     await shot(hostPage, '17-ring-back');
   }, 180_000);
