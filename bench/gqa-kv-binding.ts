@@ -12,7 +12,7 @@ import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/runtime/onnx/onnx-graph.js';
+import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/ort/onnx-graph.js';
 
 const CAPS = [160, 1024, 4096];
 const PAST = 128;

@@ -1,12 +1,11 @@
 // Round-trip time and throughput of Kiwi's links on loopback: a raw WebSocket (baseline), a direct
 // link (WebSocket over TCP), a direct UDP link (ICE: a WebRTC data channel) and a link relayed by the rendezvous, each with and without encryption (secure-link), for
 // 8 KiB and 1 MiB messages. RTT: median of echo round trips. Throughput: one-way burst, then an ack.
-// Run: npx tsx bench/links.ts
+// Run: npx tsx bench/links.ts (the same links across emulated home NATs: bench/links-nat.ts)
 // Prints a table and writes bench/results/links.json. KIWI_BENCH_QUICK=1 runs fewer iterations.
 import { randomBytes } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
 import { RelayChannel } from '../electron/engine/rendezvous/protocol.js';
 import { startRendezvous } from '../electron/engine/rendezvous/server.js';
 import { RendezvousClient } from '../electron/engine/session/rendezvous-client.js';
@@ -14,11 +13,7 @@ import { IcePeer } from '../electron/engine/transport/ice-link.js';
 import type { Link } from '../electron/engine/transport/link.js';
 import { openSecureLink } from '../electron/engine/transport/secure-link.js';
 import { connectWs, dialDirect, listenDirect, startWsServer } from '../electron/engine/transport/ws.js';
-
-interface Endpoint {
-  send(bytes: Uint8Array): void;
-  onMessage(listener: (bytes: Uint8Array) => void): void;
-}
+import { linkTable, measure, QUICK, serveEcho, SIZES, type Endpoint, type LinkRow } from './links-measure.js';
 
 interface Pair {
   a: Endpoint;
@@ -26,12 +21,7 @@ interface Pair {
   close(): Promise<void>;
 }
 
-const QUICK = process.env.KIWI_BENCH_QUICK === '1';
 const MAX = 17 * 1024 * 1024;
-const SIZES = [
-  { label: '8 KiB', bytes: 8 * 1024, rttRounds: QUICK ? 50 : 300, burst: QUICK ? 512 : 4096 },
-  { label: '1 MiB', bytes: 1024 * 1024, rttRounds: QUICK ? 10 : 40, burst: QUICK ? 16 : 64 },
-];
 
 async function rawWsPair(): Promise<Pair> {
   let serverSide: (e: Endpoint) => void = () => undefined;
@@ -87,42 +77,6 @@ async function securePair(links: { a: Link; b: Link; close(): Promise<void> }, e
   return { a: { send: (m) => a.send(m), onMessage: (l) => a.onMessage(l) }, b: { send: (m) => b.send(m), onMessage: (l) => b.onMessage(l) }, close: links.close };
 }
 
-/** Echo on b; a measures. Returns the median RTT (ms) and the one-way throughput (MB/s). */
-async function measure(pair: Pair, bytes: number, rttRounds: number, burst: number): Promise<{ rttMs: number; mbps: number }> {
-  const payload = randomBytes(bytes);
-  let mode: 'echo' | 'count' = 'echo';
-  let counted = 0;
-  let resolveNext: (() => void) | undefined;
-  pair.b.onMessage((m) => {
-    if (mode === 'echo') pair.b.send(m);
-    else if (++counted === burst) pair.b.send(Uint8Array.of(1));
-  });
-  pair.a.onMessage(() => resolveNext?.());
-  const next = (): Promise<void> => new Promise((r) => (resolveNext = r));
-  // Warm-up (JIT, socket buffers) so that the first variant measured is not penalised.
-  for (let i = 0; i < Math.max(5, Math.floor(rttRounds / 3)); i++) {
-    const p = next();
-    pair.a.send(payload);
-    await p;
-  }
-  const samples: number[] = [];
-  for (let i = 0; i < rttRounds; i++) {
-    const p = next();
-    const t0 = performance.now();
-    pair.a.send(payload);
-    await p;
-    samples.push(performance.now() - t0);
-  }
-  samples.sort((x, y) => x - y);
-  mode = 'count';
-  const ack = next();
-  const t0 = performance.now();
-  for (let i = 0; i < burst; i++) pair.a.send(payload);
-  await ack;
-  const seconds = (performance.now() - t0) / 1000;
-  return { rttMs: samples[Math.floor(samples.length / 2)] as number, mbps: (bytes * burst) / seconds / 1e6 };
-}
-
 const variants: Array<{ path: string; encrypted: boolean | null; make: () => Promise<Pair> }> = [
   { path: 'raw ws (baseline)', encrypted: null, make: rawWsPair },
   { path: 'direct', encrypted: false, make: async () => securePair(await directLinks(), false) },
@@ -133,12 +87,13 @@ const variants: Array<{ path: string; encrypted: boolean | null; make: () => Pro
   { path: 'relayed', encrypted: true, make: async () => securePair(await relayedLinks(), true) },
 ];
 
-const rows: Array<{ path: string; encrypted: boolean | null; size: string; bytes: number; rtt_ms: number; throughput_mb_s: number }> = [];
+const rows: LinkRow[] = [];
 for (const size of SIZES) {
   for (const v of variants) {
     const pair = await v.make();
     try {
-      const r = await measure(pair, size.bytes, size.rttRounds, size.burst);
+      serveEcho(pair.b);
+      const r = await measure(pair.a, size.bytes, size.rttRounds, size.burst);
       rows.push({ path: v.path, encrypted: v.encrypted, size: size.label, bytes: size.bytes, rtt_ms: r.rttMs, throughput_mb_s: r.mbps });
     } finally {
       await pair.close();
@@ -146,12 +101,7 @@ for (const size of SIZES) {
   }
 }
 
-const header = ['path', 'encrypted', 'message', 'RTT median (ms)', 'throughput (MB/s)'];
-const table = rows.map((r) => [r.path, r.encrypted === null ? '-' : r.encrypted ? 'yes' : 'no', r.size, r.rtt_ms.toFixed(3), r.throughput_mb_s.toFixed(1)]);
-const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => (row[i] as string).length)));
-const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i] as number)).join('  ');
-console.log(line(header));
-for (const row of table) console.log(line(row));
+console.log(linkTable(rows));
 
 const out = join(import.meta.dirname, 'results');
 await mkdir(out, { recursive: true });

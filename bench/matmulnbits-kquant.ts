@@ -8,7 +8,7 @@
 // KIWI_MM_ACC (accuracy level, 4), KIWI_MM_VARIANTS (comma list of the names above).
 import * as ort from 'onnxruntime-node';
 import os from 'node:os';
-import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/runtime/onnx/onnx-graph.js';
+import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/ort/onnx-graph.js';
 
 const PAIRS = Number(process.env.KIWI_MM_PAIRS ?? 8);
 const ROUNDS = Number(process.env.KIWI_MM_ROUNDS ?? 3);

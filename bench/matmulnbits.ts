@@ -11,7 +11,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/runtime/onnx/onnx-graph.js';
+import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/ort/onnx-graph.js';
 
 const PAIRS = Number(process.env.KIWI_MM_PAIRS ?? 24);
 const ROUNDS = Number(process.env.KIWI_MM_ROUNDS ?? 5);

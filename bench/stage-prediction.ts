@@ -19,6 +19,7 @@ import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js'
 import type { LayerRange } from '../electron/engine/runtime/layer-range.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
 import type { KvCache } from '../electron/engine/runtime/stage.js';
+import { median } from '../electron/engine/median.js';
 
 export interface StagePredictionOptions {
   /** A `kiwi synth` shape name. */
@@ -195,12 +196,6 @@ export function formatStagePrediction(p: StagePrediction): string {
     ...body.map(line),
     `mean |predicted/measured - 1|: bandwidth tier ${(p.mean_abs_error.bandwidth * 100).toFixed(0)}%, block_ms tier ${(p.mean_abs_error.block_ms * 100).toFixed(0)}%`,
   ].join('\n');
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
 function round(x: number, digits = 3): number {

@@ -50,6 +50,19 @@ export type DeviceCard = z.infer<typeof DeviceCard>;
 export const MemberStateWire = z.enum(['pending', 'active', 'soft-evicted', 'evicted', 'left', 'rejected']);
 export type MemberStateWire = z.infer<typeof MemberStateWire>;
 
+/**
+ * A member's NAT class as the host knows it: the mapping it measured against the rendezvous's STUN,
+ * the filtering its punches showed (null: not known), whether its direct-link port is mapped on its
+ * router (UPnP-IGD, NAT-PMP; null: not mapped) and `none`: the rendezvous saw its own address.
+ */
+export const MemberNatClassWire = z.object({
+  mapping: z.enum(['endpoint-independent', 'address-dependent']).nullable(),
+  filtering: z.enum(['lenient', 'port-dependent']).nullable(),
+  port_mapping: z.enum(['upnp', 'nat-pmp']).nullable(),
+  none: z.boolean().optional(),
+});
+export type MemberNatClassWire = z.infer<typeof MemberNatClassWire>;
+
 export const MemberWire = z.object({
   member_id: z.string(),
   name: z.string(),
@@ -64,6 +77,8 @@ export const MemberWire = z.object({
   /** From the member's device benchmark, when it reported one. */
   memory_bytes: z.number().nullable(),
   bandwidth_gbps: z.number().nullable(),
+  /** The member's NAT class, once it reported one (host: every member; member: itself only). */
+  nat: MemberNatClassWire.nullable().optional(),
 });
 export type MemberWire = z.infer<typeof MemberWire>;
 
@@ -92,8 +107,38 @@ export const StageWire = z.object({
 });
 export type StageWire = z.infer<typeof StageWire>;
 
+/** What a ring link runs over: an ICE data channel (UDP), a WebSocket (TCP), or the rendezvous's relay. */
+export const ReachWire = z.enum(['direct-udp', 'direct-tcp', 'relayed']);
+export type ReachWire = z.infer<typeof ReachWire>;
+
+/** One ring edge (peers a, b): what the planner predicted from the members' NATs, and what it became. */
+export const EdgeWire = z.object({
+  a: z.number().int(),
+  b: z.number().int(),
+  /** null: the plan did not cover this pair. */
+  predicted: ReachWire.nullable(),
+  /** null: the link is not up. */
+  actual: ReachWire.nullable(),
+  rtt_ms: z.number().nullable(),
+  /** null until both are known. */
+  matched: z.boolean().nullable(),
+});
+export type EdgeWire = z.infer<typeof EdgeWire>;
+
+/** A member's NAT: the mapping it measured against the rendezvous, the filtering its punches showed (null: not known). */
+export const MemberNatWire = z.object({
+  peer: z.number().int(),
+  mapping: z.enum(['endpoint-independent', 'address-dependent']).nullable(),
+  filtering: z.enum(['lenient', 'port-dependent']).nullable(),
+});
+export type MemberNatWire = z.infer<typeof MemberNatWire>;
+
 export const PlanWire = z.object({
   stages: z.array(StageWire),
+  /** Host only: the ring's edges, predicted and actual kinds. */
+  edges: z.array(EdgeWire).optional(),
+  /** Host only: each member's NAT as measured and inferred. */
+  nat: z.array(MemberNatWire).optional(),
   layers: z.number().int(),
   tokens_per_s: z.number().nullable(),
   /** true: tokens/s and stage times are measured over recent ring steps; false: the planner's prediction. */
@@ -177,6 +222,11 @@ export const SessionStatus = z.object({
   self_peer: z.number().int().nullable(),
   /** Member only: this machine's fingerprint, to read to the host, who approves by it. */
   self_fingerprint: z.string().nullable().optional(),
+  /**
+   * Host only: the host's own NAT toward its rendezvous (`none` with its embedded one, else probed
+   * against the external rendezvous's STUN service); null until measured or when it cannot be.
+   */
+  host_nat: MemberNatClassWire.nullable().optional(),
   model: z.string().nullable(),
   members: z.array(MemberWire),
   /** Ring order of peers, the host (0) first. */

@@ -74,6 +74,53 @@ describe('the ring view lays out its labels without overlaps (real host and memb
     }
   }
 
+  /**
+   * Each link also says what it became (direct UDP, direct TCP, relayed) next to what the planner
+   * predicted from the members' NATs: in the host's status (plan.edges) and on the page (the link's
+   * tooltip and data attributes), the two the same.
+   */
+  async function expectEdgeKinds(count: number): Promise<void> {
+    const edges = (await status()).plan?.edges ?? [];
+    expect(edges).toHaveLength(count + 1);
+    for (const e of edges) expect(e).toMatchObject({ actual: expect.stringMatching(/^(direct-udp|direct-tcp|relayed)$/), predicted: expect.stringMatching(/^(direct-udp|direct-tcp|relayed)$/) });
+    await page.waitForFunction((n) => [...document.querySelectorAll('[data-testid^="link-"]')].filter((g) => g.getAttribute('data-actual') !== null && g.getAttribute('data-predicted') !== null).length === n + 1, count, { timeout: 30_000 });
+    const shown = await page.evaluate(() => [...document.querySelectorAll('[data-testid^="link-"]')].map((g) => ({
+      id: g.getAttribute('data-testid'), actual: g.getAttribute('data-actual'), predicted: g.getAttribute('data-predicted'), matched: g.getAttribute('data-matched'), title: g.querySelector('title')?.textContent ?? '',
+    })));
+    for (const e of edges) {
+      const g = shown.find((x) => x.id === `link-${Math.min(e.a, e.b)}-${Math.max(e.a, e.b)}`);
+      expect(g).toMatchObject({ actual: e.actual, predicted: e.predicted, matched: String(e.matched) });
+      expect(g?.title).toMatch(/^(direct UDP|direct TCP|relayed) · [\d.]+ ms \(predicted/);
+    }
+    // Members on loopback: the planner's table predicts what each link became.
+    expect(edges.filter((e) => e.matched !== true)).toEqual([]);
+  }
+
+  /**
+   * Each member's NAT class reaches the host (its status's members) and the page (the node's
+   * tooltip and data attributes). On loopback the embedded rendezvous's STUN sees an
+   * endpoint-independent mapping, and no router maps a port; the host's own node shows `none`.
+   */
+  async function expectNatClasses(count: number): Promise<void> {
+    let s = await status();
+    for (const started = Date.now(); s.members.filter((m) => m.nat != null).length < count; s = await status()) {
+      if (Date.now() - started > 30_000) throw new Error(`not every member reported its NAT: ${JSON.stringify(s.members)}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    for (const m of s.members) expect(m.nat).toMatchObject({ mapping: 'endpoint-independent', port_mapping: null });
+    // The host's own: no NAT between it and its embedded rendezvous.
+    expect(s.host_nat).toEqual({ mapping: 'endpoint-independent', filtering: 'lenient', port_mapping: null, none: true });
+    // Every member's node and the host's.
+    await page.waitForFunction((n) => document.querySelectorAll('[data-testid^="node-"][data-nat-mapping]').length === n, count + 1, { timeout: 30_000 });
+    const shown = await page.evaluate(() => [...document.querySelectorAll('[data-testid^="node-"][data-nat-mapping]')].map((g) => ({
+      mapping: g.getAttribute('data-nat-mapping'), port: g.getAttribute('data-port-mapping'), title: g.querySelector(':scope > title')?.textContent ?? '',
+    })));
+    for (const g of shown) {
+      expect(g).toMatchObject({ mapping: 'endpoint-independent', port: 'none' });
+      expect(g.title).toMatch(/ · NAT: (none \(the rendezvous saw its own address\), )?endpoint-independent mapping, (filtering unknown|lenient filtering|port-dependent filtering) · port not mapped$/);
+    }
+  }
+
   for (const count of [2, 3, 5, 8]) {
     it(`shows a ring of ${count} members with no label over another or over a node`, async () => {
       while (members.length < count) {
@@ -89,6 +136,8 @@ describe('the ring view lays out its labels without overlaps (real host and memb
         const layers = [...svg!.querySelectorAll('.node-detail')].map((t) => t.textContent ?? '').filter((t) => /^layers? \d+/.test(t));
         return links.length === n + 1 && links.every((l) => /^(direct|relayed) · [\d.]+ ms$/.test(l)) && layers.length === n + 1;
       }, count, { timeout: 30_000 });
+      await expectEdgeKinds(count);
+      await expectNatClasses(count);
       // Let the layout settle on the page's fonts before measuring.
       await page.evaluate(() => document.fonts.ready.then(() => undefined));
       await shot(page, `ring-layout-${count}-members`);

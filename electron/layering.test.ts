@@ -53,7 +53,7 @@ describe('layering lint', () => {
     // The ring implements the backend contract, which lives below both; the composition imports both.
     expect(await lint("import type { CompletionBackend } from '../completion/completion-backend.js';\nexport type A = CompletionBackend;\n", 'electron/engine/pipeline/x.ts')).toEqual([]);
     expect(await lint("import type { CompletionBackend } from '../completion/completion-backend.js';\nexport type A = CompletionBackend;\n", 'electron/engine/server/x.ts')).toEqual([]);
-    expect(await lint("import { SessionHost } from '../pipeline/session-host.js';\nimport { SessionControl } from '../server/control-api-source.js';\nexport const a = [SessionHost, SessionControl];\n", 'electron/engine/hosting/x.ts')).toEqual([]);
+    expect(await lint("import { SessionHost } from '../pipeline/session-host.js';\nimport { SessionControl } from './session-control.js';\nexport const a = [SessionHost, SessionControl];\n", 'electron/engine/hosting/x.ts')).toEqual([]);
   });
 
   // [the importing file's layer, the imported module, one name it exports, whether the lint allows it]
@@ -76,6 +76,15 @@ describe('layering lint', () => {
     ['runtime', 'session/member', 'MemberSession', false],
     ['planner', 'transport/ws', 'connectWs', false],
     ['session', 'runtime/stage', 'Stage', false],
+    // ort/ (the one owner of onnxruntime-node) sits below every layer and imports none of them.
+    ['runtime', 'ort/session', 'createStageSession', true],
+    ['device', 'ort/providers', 'openProbeSession', true],
+    ['model', 'ort/onnx-graph', 'GraphBuilder', true],
+    ['pipeline', 'ort/session', 'availableProviders', true],
+    ['ort', 'runtime/stage', 'Stage', false],
+    ['ort', 'device/execution-providers', 'selectProvider', false],
+    ['ort', 'model/gguf/quant/half', 'f32ToF16Bits', false],
+    ['ort', 'test-support/delay-proxy', 'startDelayProxy', false],
   ];
 
   it.each(layerCases)('orders the layers: %s importing %s (%s) allowed: %s', async (from, module, name, allowed) => {
@@ -88,6 +97,41 @@ describe('layering lint', () => {
       expect.stringMatching(/\(server, hosting\)/),
     ]);
     expect(await lint("import { RendezvousClient } from '../session/rendezvous-client.js';\nexport const a = RendezvousClient;\n", 'electron/engine/rendezvous/x.test.ts')).toEqual([]);
+  });
+
+  it('lets ort/ import the files directly under electron/engine/, and keeps those below ort/', async () => {
+    expect(await lint("import { KiwiError } from '../errors.js';\nexport const a = KiwiError;\n", 'electron/engine/ort/x.ts')).toEqual([]);
+    expect(await lint("import { createStageSession } from './ort/session.js';\nexport const a = createStageSession;\n", 'electron/engine/x.ts')).toEqual([
+      expect.stringMatching(/no-restricted-imports: .*lower engine layer does not import a higher one \(ort, /),
+    ]);
+    expect(await lint("import { Stage } from './runtime/stage.js';\nexport const a = Stage;\n", 'electron/engine/x.ts')).toEqual([expect.stringMatching(/lower engine layer/)]);
+    expect(await lint("import { KiwiError } from './errors.js';\nexport const a = KiwiError;\n", 'electron/engine/x.ts')).toEqual([]);
+  });
+
+  const ortOwner = /no-restricted-syntax: onnxruntime-node has one owner: use electron\/engine\/ort\//;
+
+  it('lets only ort/ name onnxruntime-node, in any form of import', async () => {
+    const forms = [
+      "import * as ort from 'onnxruntime-node';\nexport const a = ort;\n",
+      "import type { Tensor } from 'onnxruntime-node';\nexport type A = Tensor;\n",
+      "export async function f() {\n  return import('onnxruntime-node');\n}\n",
+      "import { createRequire } from 'node:module';\nexport const p = createRequire(import.meta.url).resolve('onnxruntime-node/package.json');\n",
+      "export { Tensor } from 'onnxruntime-common';\n",
+    ];
+    for (const file of ['electron/engine/runtime/x.ts', 'electron/engine/device/x.ts', 'electron/engine/runtime/x.test.ts', 'electron/commands/x.ts', 'bench/x.ts', 'e2e/x.ts']) {
+      for (const code of forms) expect(await lint(code, file), `${file}: ${code}`).toEqual([expect.stringMatching(ortOwner)]);
+    }
+    for (const code of forms) expect(await lint(code, 'electron/engine/ort/x.ts')).toEqual([]);
+    // A message that mentions the package is no import of it.
+    expect(await lint("export const hint = 'approve onnxruntime-node\\'s install script';\n", 'electron/engine/device/x.ts')).toEqual([]);
+  });
+
+  it('lets the tests and benchmarks that measure onnxruntime itself use it raw, and no others', async () => {
+    const code = "import * as ort from 'onnxruntime-node';\nexport const a = ort;\n";
+    for (const file of ['electron/engine/runtime/fp16-cpu-kernels.test.ts', 'electron/engine/runtime/stage-graph-fp16.test.ts', 'bench/matmulnbits.ts', 'bench/stage-profile.ts']) {
+      expect(await lint(code, file)).toEqual([]);
+    }
+    expect(await lint(code, 'electron/engine/runtime/stage-graph.test.ts')).toEqual([expect.stringMatching(ortOwner)]);
   });
 
   it('refuses an electron import in main-process files other than the shell files', async () => {

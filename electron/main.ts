@@ -1,19 +1,14 @@
-// Electron main process: runs the engine (a SessionControl behind the control API on loopback)
-// and composes the shell around it: tray, window, IPC, settings. Single instance: a second launch
-// focuses the first one's window. The OpenAI API and the control API stay on loopback; the ring
+// Electron main process: runs the engine (engine/hosting/app-control.ts: a SessionControl behind
+// the control API on loopback) and composes the shell around it: tray, window, IPC, settings.
+// Single instance: a second launch focuses the first one's window. The OpenAI API and the control API stay on loopback; the ring
 // listener and the embedded rendezvous listen where the settings (or --listen / --rendezvous-host,
 // as for the CLI) say, on every interface by default so that members can reach them.
 import { BrowserWindow, app, ipcMain } from 'electron';
 import Store from 'electron-store';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { runDeviceBench } from './engine/device/device-bench.js';
-import { defaultModelPath, kiwiCacheDir } from './engine/paths.js';
-import { ShardCache } from './engine/runtime/shard-cache.js';
-import { startControlApi, type ControlApi } from './engine/server/control-api.js';
-import { SessionControl } from './engine/server/control-api-source.js';
-import { modelFetcher } from './engine/hosting/model-fetch.js';
-import { memberRing, ringHosting } from './engine/hosting/ring-control.js';
+import { createAppControl, type AppControl } from './engine/hosting/app-control.js';
+import { shardCache, weightsDir } from './engine/hosting/cache-layout.js';
 import { loadOrCreateIdentity } from './engine/session/identity.js';
 import { IPC_CHANNELS, isIpcChannel, type ControlApiAddress, type IpcInvokeMap } from './ipc-channels.js';
 import { setupTray, type KiwiTray } from './tray.js';
@@ -51,8 +46,7 @@ const store = new Store<Settings>({
   },
 });
 
-let control: SessionControl | undefined;
-let api: ControlApi | undefined;
+let engine: AppControl | undefined;
 let tray: KiwiTray | undefined;
 let mainWindow: BrowserWindow | null = null;
 let quitting = false;
@@ -66,7 +60,7 @@ function listenerAddress(switchName: 'listen' | 'rendezvous-host', setting: 'lis
 }
 
 const handlers: { [C in keyof IpcInvokeMap]: (...args: IpcInvokeMap[C]['args']) => Promise<IpcInvokeMap[C]['result']> } = {
-  'control-api:address': async (): Promise<ControlApiAddress | null> => (api !== undefined ? { url: api.url, token: api.token } : null),
+  'control-api:address': async (): Promise<ControlApiAddress | null> => (engine !== undefined ? { url: engine.api.url, token: engine.api.token } : null),
   'app:version': async () => app.getVersion(),
 };
 
@@ -75,7 +69,7 @@ function setupIpc(): void {
     ipcMain.handle(channel, async (event, ...args: unknown[]) => {
       // Only our own window, showing our own UI, may call; the channel list is closed and takes no arguments.
       const from = BrowserWindow.fromWebContents(event.sender);
-      const origin = api !== undefined ? new URL(api.url).origin : null;
+      const origin = engine !== undefined ? new URL(engine.api.url).origin : null;
       if (!isIpcChannel(channel) || from === null || origin === null || !isSameOrigin(event.senderFrame?.url ?? '', origin) || args.length > 0) throw new Error('refused');
       return (handlers[channel] as () => Promise<unknown>)();
     });
@@ -83,9 +77,9 @@ function setupIpc(): void {
 }
 
 function openWindow(): void {
-  if (api === undefined) return;
+  if (engine === undefined) return;
   if (mainWindow === null || mainWindow.isDestroyed()) {
-    mainWindow = setupWindow(new URL(api.url).origin, store.get('window'), (b) => store.set('window', b), () => quitting);
+    mainWindow = setupWindow(new URL(engine.api.url).origin, store.get('window'), (b) => store.set('window', b), () => quitting);
   } else {
     mainWindow.show();
     mainWindow.focus();
@@ -95,38 +89,25 @@ function openWindow(): void {
 async function startEngine(): Promise<void> {
   const listenHost = listenerAddress('listen', 'listenHost');
   const rendezvousHost = listenerAddress('rendezvous-host', 'rendezvousHost');
-  const c = new SessionControl({
-    // Hosting and joining run the ring exactly as `kiwi host --model` and `kiwi join` do.
-    startHosting: ringHosting({
-      api: { port: store.get('apiPort') },
-      session: { embeddedRendezvous: { host: rendezvousHost, port: 0 }, listenHost },
-      ring: { maxPositions: 4096, cache: new ShardCache(join(kiwiCacheDir(), 'shards')) },
-      onError: (err) => console.error('kiwi: the ring failed:', err.message),
-    }),
-    // A model given by URL lands in the cache first (resumable), as with `kiwi host --model-url`.
-    fetchModel: modelFetcher(),
-    // First run: "Host the built-in story model" hosts the stories260K bundled with the app.
-    defaultModel: defaultModelPath(),
-    memberRing: memberRing({
-      weightsDir: join(kiwiCacheDir(), 'weights'),
-      cache: new ShardCache(join(kiwiCacheDir(), 'shards')),
-      onError: (err) => console.error('kiwi: this member\'s stage failed:', err.message),
-    }),
-    runBench: (onProgress, signal) => runDeviceBench({ onProgress, signal }),
+  const e = await createAppControl({
+    api: { port: store.get('apiPort') },
+    session: { embeddedRendezvous: { host: rendezvousHost, port: 0 }, listenHost },
+    ring: { maxPositions: 4096, cache: shardCache() },
+    member: { weightsDir: weightsDir(), cache: shardCache() },
     // The member's identity key lives in the app's data folder (0600): the host knows this machine by it across restarts.
     join: { name: store.get('memberName'), listenHost, identity: await loadOrCreateIdentity(join(app.getPath('userData'), 'identity'), 'app') },
+    onError: (where, err) => console.error(where === 'host' ? 'kiwi: the ring failed:' : 'kiwi: this member\'s stage failed:', err.message),
   });
-  control = c;
-  api = await startControlApi({ source: c });
+  engine = e;
   tray = setupTray({
     openWindow,
     setPaused: (paused) => {
-      c.pause(paused).catch((err: unknown) => console.error('kiwi: pausing failed:', err));
+      e.control.pause(paused).catch((err: unknown) => console.error('kiwi: pausing failed:', err));
     },
   });
-  tray.update(c.status());
-  c.subscribe((e) => {
-    if (e.type === 'status') tray?.update(e.status);
+  tray.update(e.control.status());
+  e.control.subscribe((ev) => {
+    if (ev.type === 'status') tray?.update(ev.status);
   });
 }
 
@@ -143,8 +124,7 @@ if (!app.requestSingleInstanceLock()) {
     event.preventDefault();
     void (async () => {
       try {
-        await control?.close();
-        await api?.close();
+        await engine?.close();
       } catch (err) {
         console.error('kiwi: shutting down the engine failed:', err);
       } finally {
@@ -155,7 +135,7 @@ if (!app.requestSingleInstanceLock()) {
   });
   void app.whenReady().then(async () => {
     // Before any window exists: every web contents gets the navigation, window and permission policy.
-    setupWebSecurity(() => (api !== undefined ? new URL(api.url).origin : null));
+    setupWebSecurity(() => (engine !== undefined ? new URL(engine.api.url).origin : null));
     setupIpc();
     await startEngine();
     openWindow();

@@ -7,7 +7,7 @@ import { KiwiError } from '../engine/errors.js';
 import { runDeviceBench, type BlockProbe, type DeviceBenchJson } from '../engine/device/device-bench.js';
 import { openGguf } from '../engine/model/gguf/gguf-reader.js';
 import { blockProbeKey, blockShapeOf, measureBlock } from '../engine/runtime/block-probe.js';
-import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
+import type { ExecutionProvider } from '../engine/ort/session.js';
 import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
 
 export const benchCommand = defineCommand({

@@ -1,13 +1,11 @@
 // `kiwi generate`: runs a whole model in this process (optionally as a chain of --split stages)
 // and prints the continuation of a prompt. JSON: {"text","prompt_ids","ids","ttft_ms","tokens_per_s"}.
-import { join } from 'node:path';
 import { KiwiError } from '../engine/errors.js';
-import { kiwiCacheDir } from '../engine/paths.js';
-import { ShardCache } from '../engine/runtime/shard-cache.js';
+import { shardCache } from '../engine/hosting/cache-layout.js';
 import { parseSplit } from '../engine/runtime/layer-range.js';
 import { chatTemplateForModel, chatTokensOf, encodeChatPrompt } from '../engine/model/chat-template.js';
 import { openLocalModel } from '../engine/runtime/local-model.js';
-import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
+import type { ExecutionProvider } from '../engine/ort/session.js';
 import { DEFAULT_SAMPLING, Sampler } from '../engine/runtime/sampling.js';
 import { generate } from '../engine/runtime/generation.js';
 import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
@@ -78,7 +76,7 @@ export const generateCommand = defineCommand({
       ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
       ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
       ...(threads !== undefined ? { threads } : {}),
-      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
+      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
       ...(booleanOption(ctx, 'exact') ? { accuracyLevel: 0 as const } : {}),
     });
     try {

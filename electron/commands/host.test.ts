@@ -4,7 +4,7 @@ import { isKiwiError } from '../engine/errors.js';
 import type { CommandContext } from './command.js';
 import { evictionTimes, ringFlagOptions } from './host.js';
 import { runKiwi } from './test-support/run-kiwi.js';
-import { providerLibraryInstalled } from '../engine/device/execution-providers.js';
+import { providerLibraryInstalled } from '../engine/ort/providers.js';
 import { testModelPath } from '../engine/model/test-models.js';
 
 const ctx = (values: Record<string, string>): CommandContext => ({

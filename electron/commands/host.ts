@@ -1,36 +1,25 @@
 // `kiwi host`: opens a session and prints its code, then who joins, leaves and is evicted, and the
 // ring links as they come up. With --model it also plans the ring over the members, assigns their
-// layers, and serves the OpenAI-compatible API through the ring (engine/pipeline/session-host.ts).
+// layers, and serves the OpenAI-compatible API through the ring. The node is composed in
+// engine/hosting/host-node.ts; this file parses the flags and prints (host-events.ts).
 // Text lines on stdin: `approve FINGERPRINT`, `reject FINGERPRINT` (without --auto-approve; a
 // member id or a name nobody else has work too), `status`.
-import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { isKiwiError, KiwiError } from '../engine/errors.js';
-import { join } from 'node:path';
-import { kiwiCacheDir } from '../engine/paths.js';
-import { progressText } from '../engine/progress-rate.js';
-import { layerRangeText } from '../../common/ring-layout.js';
-import { SessionHost } from '../engine/pipeline/session-host.js';
-import { ShardCache } from '../engine/runtime/shard-cache.js';
-import { startControlApi, type ControlApi } from '../engine/server/control-api.js';
-import { SessionControl } from '../engine/server/control-api-source.js';
-import { removeControlFile, writeControlFile } from '../engine/server/control-file.js';
-import { startOpenAiServer, type OpenAiServer } from '../engine/server/http-server.js';
+import { shardCache } from '../engine/hosting/cache-layout.js';
+import type { ControlEndpoint } from '../engine/hosting/control-endpoint.js';
+import { checkModelFile, createHostNode, measureHostDevice, type HostModel } from '../engine/hosting/host-node.js';
 import { resolveChatTemplate } from '../engine/server/chat-template-names.js';
 import { formatRequestLog, type RequestLogEntry } from '../engine/server/openai-api.js';
-import { hostedRing, ringModelOptions } from '../engine/hosting/ring-control.js';
-import { createHost } from '../engine/session/host.js';
 import { DEFAULT_WIRE_POLICY, parseWirePolicy, type WirePolicy } from '../engine/pipeline/link-wire.js';
-import type { SessionHostOptions, StageStatus } from '../engine/pipeline/session-host.js';
-import { deviceFromCapabilities } from '../engine/pipeline/session-fleet.js';
 import { API_BROWSER_OPTIONS, apiBrowserPolicy, warnIfUnprotected } from './api-flags.js';
 import { readCapabilities } from './capabilities-file.js';
-import { flowCapabilities } from '../engine/device/flow-capabilities.js';
 import { booleanOption, defineCommand, stringOption, type CommandContext } from './command.js';
 import { resolveModelArg } from './model-arg.js';
 import { intOption } from './rendezvous.js';
 import { parseIceServers } from '../engine/transport/ice-servers.js';
-import { eventPrinter, untilStopped } from './session-io.js';
+import { printRingEvents, printSessionEvents } from './host-events.js';
+import { eventPrinter, untilStopped, type EventPrinter } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 import { parseProviderChoice, type StageProvider } from '../engine/device/execution-providers.js';
 
@@ -50,6 +39,10 @@ export const hostCommand = defineCommand({
       description: 'Where the model is published (http/https): without --model the host downloads it into the cache (once); members without a copy fetch just their tensors from it with range requests, else from the host',
     },
     'model-sha256': { type: 'string', valueName: 'HEX', description: 'With --model-url (and no --model): the file\'s expected sha256, checked before it is used' },
+    'weights-http': {
+      type: 'string', valueName: 'on|off', default: 'on',
+      description: 'Serve members the model\'s byte ranges over HTTP on the --listen address (token-protected, in clear, sha256-checked over the session); off: only through the encrypted session',
+    },
     port: { type: 'string', valueName: 'P', description: 'Port of the OpenAI-compatible API once serving', default: '8080' },
     rendezvous: { type: 'string', valueName: 'URL', description: 'Use this rendezvous instead of an embedded one' },
     'rendezvous-host': { type: 'string', valueName: 'ADDR', description: 'Address of the embedded rendezvous (beyond loopback it is announced on the LAN)', default: '0.0.0.0' },
@@ -106,93 +99,42 @@ export const hostCommand = defineCommand({
     if (modelSha256 !== undefined && (model !== undefined || modelUrl === undefined)) throw new KiwiError('USAGE', '--model-sha256 checks the download of --model-url: give it with --model-url and without --model');
     // The one cache path and checks for a model URL (engine/hosting/model-fetch.ts), as the app and `kiwi serve --model URL`.
     if (model === undefined && modelUrl !== undefined) model = (await resolveModelArg(modelUrl, { useDefault: false, sha256: modelSha256, print, signal: ctx.signal, flag: '--model-url' })).path;
-    if (model !== undefined) {
-      // Checked now so that a typo fails before friends start joining.
-      const isFile = await stat(model).then((st) => st.isFile(), () => false);
-      if (!isFile) throw new KiwiError('FILE_NOT_FOUND', `Model file ${model} does not exist. Pass the path of a GGUF file.`);
-    }
+    // Checked now so that a typo fails before friends start joining.
+    if (model !== undefined) await checkModelFile(model, 'Pass the path of a GGUF file.');
     // With a model, before the code is shown: an explicit --provider that cannot run fails here.
     if (model === undefined) parseProviderChoice(stringOption(ctx, 'provider'));
     const provider = model !== undefined ? await resolveProviderFlag(ctx, print) : undefined;
-    const rendezvousUrl = stringOption(ctx, 'rendezvous');
-    const host = await createHost({
-      ...(rendezvousUrl !== undefined ? { rendezvousUrl } : {}),
-      embeddedRendezvous: {
-        host: stringOption(ctx, 'rendezvous-host') ?? '0.0.0.0',
-        port: intOption(stringOption(ctx, 'rendezvous-port') ?? '0', 'rendezvous-port', 0, 65535),
-      },
-      autoApprove: booleanOption(ctx, 'auto-approve'),
-      softEvictMs,
-      hardEvictMs,
-      ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
-      ice: booleanOption(ctx, 'no-ice') ? false : { iceServers: parseIceServers(stringOption(ctx, 'stun'), stringOption(ctx, 'turn')) },
-    });
-    print('session', { code: host.code, nameplate: host.nameplate, rendezvous: host.rendezvousUrl, model: model ?? null },
-      `Session code: ${host.code}\nMembers join with: kiwi join ${host.code} --rendezvous ${host.rendezvousUrl}`);
-    let ring: SessionHost | undefined;
-    let server: OpenAiServer | undefined;
-    if (model !== undefined) {
-      try {
-        ({ ring, server } = await startRing(ctx, model, host, expectCount, { ...ringFlags, ...(provider !== undefined ? { provider } : {}) }, print));
-      } catch (err) {
-        await host.close();
-        throw err;
-      }
-    }
-    // The control API on loopback, always: the UI (--ui-port) and `kiwi status` (token in a 0600 file).
     const uiPortText = stringOption(ctx, 'ui-port');
-    let ui: { control: SessionControl; api: ControlApi; tokenFile: string } | undefined;
-    {
-      const port = uiPortText !== undefined ? intOption(uiPortText, 'ui-port', 0, 65535) : 0;
-      const control = new SessionControl();
-      // Leave in the UI ends the session; the shutdown below then closes the ring and the API.
-      const close = (): Promise<void> => host.close('the host left from its UI');
-      control.attachHost(ring !== undefined && model !== undefined
-        ? hostedRing(ring, { model, server: server ?? null, close })
-        : { session: host, model: null, serving: null, close });
-      const api = await startControlApi({ source: control, port });
-      const tokenFile = await writeControlFile({ url: api.url, token: api.token, role: 'host' });
-      ui = { control, api, tokenFile };
-      print('control', { api_url: api.url, token_file: tokenFile }, `Status: kiwi status (control API ${api.url}, token in ${tokenFile})`);
-      if (uiPortText !== undefined) print('ui', { url: api.uiUrl, api_url: api.url }, `Desktop UI: ${api.uiUrl}`);
-    }
-    let joined = 0;
-    host.on('change', (c) => {
-      switch (c.type) {
-        case 'member-pending':
-          print('member-pending', { name: c.name, member_id: c.memberId, fingerprint: c.fingerprint },
-            `${c.name} (fingerprint ${c.fingerprint}) wants to join: check that their screen shows ${c.fingerprint}, then type 'approve ${c.fingerprint}' or 'reject ${c.fingerprint}'`);
-          break;
-        case 'member-joined':
-          print('member-joined', { name: c.name, member_id: c.memberId, fingerprint: c.fingerprint, rejoined: c.rejoined }, `${c.name} (${c.fingerprint}) ${c.rejoined ? 'rejoined' : 'joined'}`);
-          if (!c.rejoined && ++joined === expectCount) print('members-ready', { count: joined }, `all ${joined} expected members have joined`);
-          break;
-        case 'member-recovered':
-          print('member-recovered', { name: c.name, member_id: c.memberId }, `${c.name} is back`);
-          break;
-        case 'member-left':
-          print('member-left', { name: c.name, member_id: c.memberId, reason: c.reason }, `${c.name} left (${c.reason})`);
-          break;
-        case 'member-rejected':
-          print('member-rejected', { name: c.name, member_id: c.memberId }, `${c.name} was not admitted`);
-          break;
-      }
+    const rendezvousUrl = stringOption(ctx, 'rendezvous');
+    const node = await createHostNode({
+      session: {
+        ...(rendezvousUrl !== undefined ? { rendezvousUrl } : {}),
+        embeddedRendezvous: {
+          host: stringOption(ctx, 'rendezvous-host') ?? '0.0.0.0',
+          port: intOption(stringOption(ctx, 'rendezvous-port') ?? '0', 'rendezvous-port', 0, 65535),
+        },
+        autoApprove: booleanOption(ctx, 'auto-approve'),
+        softEvictMs,
+        hardEvictMs,
+        ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
+        ice: booleanOption(ctx, 'no-ice') ? false : { iceServers: parseIceServers(stringOption(ctx, 'stun'), stringOption(ctx, 'turn')) },
+      },
+      ...(model !== undefined ? { model: hostModel(ctx, model, expectCount, { ...ringFlags, ...(provider !== undefined ? { provider } : {}) }, print) } : {}),
+      onSession: (host) => print('session', { code: host.code, nameplate: host.nameplate, rendezvous: host.rendezvousUrl, model: model ?? null },
+        `Session code: ${host.code}\nMembers join with: kiwi join ${host.code} --rendezvous ${host.rendezvousUrl}`),
+      onRing: (ring, server) => {
+        warnIfUnprotected(print, ctx.stderr, 'host', server.host, stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined));
+        printRingEvents(ring, server, print);
+      },
+      // The control API on loopback, always: the UI (--ui-port) and `kiwi status` (token in a 0600 file).
+      control: { port: uiPortText !== undefined ? intOption(uiPortText, 'ui-port', 0, 65535) : 0 },
+      signal: ctx.signal,
     });
-    host.on('pake-failed', (peer, reason) => print('join-failed', { peer, reason }, `a join attempt failed: ${reason}`));
-    host.on('pake-locked', (err) => print('pake-locked', { code: err.code, message: err.message }, `warning: ${err.message}`));
-    host.on('nameplate-closed', (reason) =>
-      print('error', { code: 'NAMEPLATE_CLOSED', message: `The session takes no more members: ${reason}. Restart the host for a new code.` },
-        `the session takes no more members: ${reason}`));
-    host.on('link', (l) => {
-      if (l.state === 'up' && l.rttMs !== undefined) {
-        const mbps = l.throughputMBps !== undefined ? Number(l.throughputMBps.toFixed(1)) : null;
-        print('link', { a: l.a, b: l.b, kind: l.kind, transport: l.transport ?? null, rtt_ms: Number(l.rttMs.toFixed(3)), throughput_mbps: mbps },
-          `link ${l.a}-${l.b} ${l.kind}${l.transport !== undefined ? ` (${l.transport})` : ''}, ${l.rttMs.toFixed(2)} ms${mbps !== null ? `, ${mbps} MB/s` : ''}`);
-      } else if (l.state === 'failed') {
-        print('link', { a: l.a, b: l.b, state: 'failed', reason: l.error ?? null }, `link ${l.a}-${l.b} failed: ${l.error ?? ''}`);
-      }
-    });
-    host.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
+    const host = node.session;
+    const control = node.control as ControlEndpoint;
+    print('control', { api_url: control.api.url, token_file: control.tokenFile }, `Status: kiwi status (control API ${control.api.url}, token in ${control.tokenFile})`);
+    if (uiPortText !== undefined) print('ui', { url: control.api.uiUrl, api_url: control.api.url }, `Desktop UI: ${control.api.uiUrl}`);
+    printSessionEvents(host, print, expectCount);
     const ended = new Promise<string>((resolve) => host.once('closed', resolve));
 
     const rl = createInterface({ input: process.stdin, terminal: false });
@@ -201,7 +143,7 @@ export const hostCommand = defineCommand({
       const who = rest.join(' ');
       try {
         if (verb === 'status') {
-          const status = ring !== undefined ? { ...ring.status() } : { ...host.status() };
+          const status = { ...node.status() };
           print('status', status, JSON.stringify(status, null, 2));
         }
         else if (verb === 'approve' || verb === 'reject') {
@@ -218,14 +160,7 @@ export const hostCommand = defineCommand({
     });
     await untilStopped(ctx.signal, ended);
     rl.close();
-    if (ui !== undefined) {
-      await removeControlFile(ui.tokenFile);
-      await ui.control.close();
-      await ui.api.close();
-    }
-    await server?.close();
-    if (ring !== undefined) await ring.close();
-    else await host.close();
+    await node.close();
     return 0;
   },
 });
@@ -278,77 +213,55 @@ export function ringFlagOptions(ctx: CommandContext): RingFlagOptions {
   return { wirePolicy, ...(recovery !== undefined ? { recoveryTimeoutMs: secondsOption(recovery, 'recovery-timeout', 0, SECONDS_MAX) } : {}) };
 }
 
-/** Starts the API (503 until the ring serves) and forms the ring in the background. */
-async function startRing(ctx: Ctx, model: string, host: Awaited<ReturnType<typeof createHost>>, expect: number | undefined, flags: RingFlagOptions & { provider?: StageProvider }, print: ReturnType<typeof eventPrinter>): Promise<{ ring: SessionHost; server: OpenAiServer }> {
+/** --weights-http on|off. */
+function weightsHttpOption(ctx: Ctx): boolean {
+  const v = stringOption(ctx, 'weights-http') ?? 'on';
+  if (v !== 'on' && v !== 'off') throw new KiwiError('USAGE', `--weights-http must be on or off, got '${v}'`);
+  return v === 'on';
+}
+
+/** The ring `kiwi host --model` composes (engine/hosting/host-node.ts) and its API, from the flags. */
+function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: RingFlagOptions & { provider?: StageProvider }, print: EventPrinter): HostModel {
   const contextText = stringOption(ctx, 'context');
   const threadsText = stringOption(ctx, 'threads');
   const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
-  const options: SessionHostOptions = {
-    ...(await ringModelOptions(model)),
-    ...(await hostDeviceOption(ctx, print)),
-    ...(stringOption(ctx, 'model-url') !== undefined ? { modelUrl: stringOption(ctx, 'model-url') } : {}),
-    session: {},
-    ...(expect !== undefined ? { expect } : {}),
-    settleMs: intOption(stringOption(ctx, 'settle-ms') ?? '3000', 'settle-ms', 0, 3_600_000),
-    ...flags,
-    maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
-    maxBatch: parallel,
-    ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
-    ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
-  };
-  const ring = new SessionHost(host, options);
+  const modelUrl = stringOption(ctx, 'model-url');
   const templateOption = stringOption(ctx, 'chat-template');
-  if (templateOption !== undefined) ring.backend.chatTemplateOverride = resolveChatTemplate(templateOption);
-  const lan = booleanOption(ctx, 'lan');
   const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
-  const apiHost = lan ? '0.0.0.0' : '127.0.0.1';
-  const server = await startOpenAiServer(ring.backend, {
-    host: apiHost,
-    ...apiBrowserPolicy(ctx),
-    port: intOption(stringOption(ctx, 'port') ?? '8080', 'port', 0, 65535),
-    maxActive: parallel,
-    maxQueue: intOption(stringOption(ctx, 'max-queue') ?? '64', 'max-queue', 0, 100_000),
-    ...(apiKey !== undefined ? { apiKey } : {}),
-    onError: (err) => ctx.stderr.write(`kiwi host: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
-    ...(booleanOption(ctx, 'log-requests') ? { onRequestDone: (e: RequestLogEntry) => print('request', { ...e, ms: Math.round(e.ms) }, formatRequestLog(e)) } : {}),
-  });
-  warnIfUnprotected(print, ctx.stderr, 'host', apiHost, apiKey);
-  ring.on('plan', (plan) => print('plan', { ...plan }, `plan: ${plan.stages.map((s) => `${s.device} ${layerRangeText(s.start, s.end)}${s.head ? ' + head' : ''}`).join(' → ')}`));
-  ring.on('assigned', (s) => print('assigned', { peer: s.peer, name: s.name, start: s.start, end: s.end, head: s.head }, `${s.name} takes ${layerRangeText(s.start, s.end)}`));
-  ring.on('weights-progress', (p) => print.progress('weights-progress', p.name, {
-    name: p.name, received_bytes: p.receivedBytes, total_bytes: p.totalBytes, bytes_per_s: p.bytesPerSecond, eta_s: p.etaSeconds, final: p.final,
-  }, `${p.name}: weights ${progressText({ done: p.receivedBytes, total: p.totalBytes, rate: p.bytesPerSecond, etaSeconds: p.etaSeconds, final: p.final })}`, p.final));
-  // `wire`: how this stage encodes what it sends to the next one (chosen per link by --activations/--zstd).
-  const wireName = (w: StageStatus['wire']): string | null => (w === undefined ? null : `${w.encoding}${w.zstd ? '+zstd' : ''}`);
-  ring.on('ready', (s) => print('stage-ready', { peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0, wire: wireName(s.wire) },
-    `${s.name} is ready (${layerRangeText(s.start, s.end)}${s.wire !== undefined ? `, sends ${wireName(s.wire)}` : ''})`));
-  ring.on('serving', () => print('serving', { url: server.url }, `Serving the OpenAI-compatible API at ${server.url}`));
-  ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
-  ring.on('warning', (err) => print('warning', { code: err.code, message: err.message, ...(typeof err.details.member === 'string' ? { member: err.details.member } : {}) }, `warning: ${err.message}`));
-  ring.on('recovering', (reason) => print('recovering', { reason }, `re-planning the ring: ${reason}`));
-  ring.on('waiting', (reason) => print('waiting', { reason }, reason));
-  ring.on('recovered', (r) => print('recovered', { epoch: r.epoch, reason: r.reason, duration_ms: r.durationMs, bytes_moved: r.bytesMoved, resumed_requests: r.resumedRequests }, `the ring recovered in ${r.durationMs} ms (epoch ${r.epoch}, ${r.resumedRequests} requests resumed, ${r.bytesMoved} bytes moved)`));
-  ring.form(ctx.signal).catch((err: unknown) => {
-    // form() already reported a KiwiError as an error event; stopping (Ctrl-C) aborts it; anything else is a bug.
-    if (!isKiwiError(err) && !ctx.signal.aborted) throw err;
-  });
-  return { ring, server };
-}
-
-/**
- * The host as the planner sees it: its --capabilities file, else its device bench (cached per
- * hardware), else with --no-bench ringModelOptions' stand-in (all its RAM, memory tier).
- */
-async function hostDeviceOption(ctx: Ctx, print: ReturnType<typeof eventPrinter>): Promise<Pick<SessionHostOptions, 'hostDevice'> | Record<string, never>> {
-  const file = stringOption(ctx, 'capabilities');
-  const caps = await flowCapabilities({
-    ...(file !== undefined ? { file: await readCapabilities(file) } : {}),
-    bench: !booleanOption(ctx, 'no-bench'),
-    onProgress: (message) => print('bench-progress', { message }, `measuring this device: ${message}`),
-    signal: ctx.signal,
-  });
-  if (caps === undefined) return {};
-  const hostDevice = deviceFromCapabilities(caps);
-  if (hostDevice === undefined) throw new KiwiError('USAGE', `${file ?? 'the device bench'} has no device summary (fleet_device with memory_bytes); use the output of 'kiwi bench --json'.`);
-  return { hostDevice };
+  return {
+    path: model,
+    ...(modelUrl !== undefined ? { url: modelUrl } : {}),
+    ...(weightsHttpOption(ctx) ? {} : { weightsHttp: false }),
+    ring: {
+      ...(expect !== undefined ? { expect } : {}),
+      settleMs: intOption(stringOption(ctx, 'settle-ms') ?? '3000', 'settle-ms', 0, 3_600_000),
+      ...flags,
+      maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
+      maxBatch: parallel,
+      ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
+      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
+    },
+    // Measured once the code is shown: its --capabilities file, else its device bench (cached per
+    // hardware), else with --no-bench the ring's stand-in (all its RAM, memory tier).
+    hostDevice: async () => {
+      const file = stringOption(ctx, 'capabilities');
+      return measureHostDevice({
+        ...(file !== undefined ? { file: await readCapabilities(file), source: file } : {}),
+        bench: !booleanOption(ctx, 'no-bench'),
+        onProgress: (message) => print('bench-progress', { message }, `measuring this device: ${message}`),
+        signal: ctx.signal,
+      });
+    },
+    ...(templateOption !== undefined ? { chatTemplate: resolveChatTemplate(templateOption) } : {}),
+    api: {
+      host: booleanOption(ctx, 'lan') ? '0.0.0.0' : '127.0.0.1',
+      ...apiBrowserPolicy(ctx),
+      port: intOption(stringOption(ctx, 'port') ?? '8080', 'port', 0, 65535),
+      maxActive: parallel,
+      maxQueue: intOption(stringOption(ctx, 'max-queue') ?? '64', 'max-queue', 0, 100_000),
+      ...(apiKey !== undefined ? { apiKey } : {}),
+      onError: (err) => ctx.stderr.write(`kiwi host: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
+      ...(booleanOption(ctx, 'log-requests') ? { onRequestDone: (e: RequestLogEntry) => print('request', { ...e, ms: Math.round(e.ms) }, formatRequestLog(e)) } : {}),
+    },
+  };
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { providerLibraryInstalled } from '../engine/device/execution-providers.js';
+import { providerLibraryInstalled } from '../engine/ort/providers.js';
 import { runKiwi } from './test-support/run-kiwi.js';
 
 describe('kiwi join', () => {

@@ -1,31 +1,23 @@
 // `kiwi join CODE`: joins the session of that code, keeps the membership alive with heartbeats,
 // reconnects after a dropped connection and takes part in ring links. When the host assigns a layer
 // range it loads those layers (its own --model copy, earlier transfers, or streamed from the host)
-// and runs them in the ring (engine/pipeline/ring-member.ts). A wrong code exits non-zero.
+// and runs them in the ring. The node is composed in engine/hosting/member-node.ts; this file parses
+// the flags and prints. A wrong code exits non-zero.
 import { hostname } from 'node:os';
 import { createInterface } from 'node:readline';
 import { isKiwiError, KiwiError } from '../engine/errors.js';
-import { findOnLan } from '../engine/session/lan-beacon.js';
-import { join } from 'node:path';
-import { kiwiCacheDir } from '../engine/paths.js';
 import { progressText } from '../engine/progress-rate.js';
 import { layerRangeText } from '../../common/ring-layout.js';
-import { RingMember } from '../engine/pipeline/ring-member.js';
-import { ringAssignment } from '../engine/hosting/ring-control.js';
-import { startControlApi } from '../engine/server/control-api.js';
-import { SessionControl } from '../engine/server/control-api-source.js';
-import { removeControlFile, writeControlFile } from '../engine/server/control-file.js';
-import { ShardCache } from '../engine/runtime/shard-cache.js';
-import { identityLabel, loadOrCreateIdentity } from '../engine/session/identity.js';
-import { MemberSession } from '../engine/session/member.js';
+import type { ControlEndpoint } from '../engine/hosting/control-endpoint.js';
+import { createMemberNode } from '../engine/hosting/member-node.js';
+import { identityLabel } from '../engine/session/identity.js';
 import { validateName } from '../engine/session/member-name.js';
-import { parseSessionCode } from '../engine/session/session-code.js';
 import { readCapabilities } from './capabilities-file.js';
-import { flowCapabilities } from '../engine/device/flow-capabilities.js';
 import { RUNTIME_BASELINE_BYTES } from '../engine/planner/model-sizes.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
 import { intOption } from './rendezvous.js';
 import { parseIceServers } from '../engine/transport/ice-servers.js';
+import { mappedUrl } from '../engine/transport/port-mapping.js';
 import { eventPrinter, untilStopped } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 
@@ -48,6 +40,7 @@ export const joinCommand = defineCommand({
     listen: { type: 'string', valueName: 'ADDR', description: 'Address for direct ring links', default: '0.0.0.0' },
     'relay-only': { type: 'boolean', description: 'Accept no direct links; everything goes through the rendezvous' },
     'no-ice': { type: 'boolean', description: 'No ICE (UDP, WebRTC data channel) ring links: only WebSocket direct links and the relay' },
+    'no-port-mapping': { type: 'boolean', description: 'Do not map the direct-link port on the router (UPnP-IGD / NAT-PMP)' },
     stun: { type: 'string', valueName: 'URLS', description: 'STUN servers for ICE links, comma-separated stun:HOST:PORT (in addition to the rendezvous\'s own)' },
     turn: { type: 'string', valueName: 'URLS', description: 'TURN servers for ICE links, comma-separated turn:USER:PASSWORD@HOST:PORT' },
     capabilities: { type: 'string', valueName: 'FILE', description: 'Device summary to show the host (the output of `kiwi bench --json`)' },
@@ -70,7 +63,6 @@ export const joinCommand = defineCommand({
     const print = eventPrinter(ctx.stdout, json);
     const identityKey = stringOption(ctx, 'member-id');
     const name = validateName(stringOption(ctx, 'name') ?? hostname().slice(0, 64));
-    const identity = await loadOrCreateIdentity(join(kiwiCacheDir(), 'identity'), identityKey ?? identityLabel(name));
     const capabilitiesFile = stringOption(ctx, 'capabilities');
     const code = ctx.positionals.join(' ');
     const advertise = stringOption(ctx, 'advertise')?.split(',').map((u) => u.trim()).filter((u) => u !== '');
@@ -82,30 +74,49 @@ export const joinCommand = defineCommand({
       // One that fits the runtime but not a layer of the host's model is refused by the host (MEMORY_BUDGET_TOO_SMALL, with the figure).
       throw new KiwiError('USAGE', `--memory-mb ${memoryMbText} cannot hold a member: its runtime alone needs ${RUNTIME_BASELINE_BYTES / 2 ** 20} MiB, and each layer its weights and KV cache on top`);
     }
+    const heartbeatMs = intOption(stringOption(ctx, 'heartbeat-ms') ?? '5000', 'heartbeat-ms', 10, 3_600_000);
+    const modelPath = stringOption(ctx, 'model');
+    const threadsText = stringOption(ctx, 'threads');
+    const keepFreeText = stringOption(ctx, 'keep-free-mb');
     // Before anyone is contacted: an explicit --provider that cannot run fails here.
     const provider = await resolveProviderFlag(ctx, print);
-    // Without an address, look for the host's announcement on the LAN.
-    const rendezvousUrl = stringOption(ctx, 'rendezvous') ?? process.env.KIWI_RENDEZVOUS ?? (await findOnLan(parseSessionCode(code).nameplate, { signal: ctx.signal }))[0] as string;
-    // Without --capabilities, the device bench (cached per hardware) tells the host what this machine can do.
-    const capabilities = await flowCapabilities({
-      ...(capabilitiesFile !== undefined ? { file: await readCapabilities(capabilitiesFile) } : {}),
-      bench: !booleanOption(ctx, 'no-bench'),
-      ...(memoryMbText !== undefined ? { memoryBudgetBytes: intOption(memoryMbText, 'memory-mb', 1, 2 ** 30) * 2 ** 20 } : {}),
-      onProgress: (message) => print('bench-progress', { message }, `measuring this device: ${message}`),
+    const rendezvousUrl = stringOption(ctx, 'rendezvous') ?? process.env.KIWI_RENDEZVOUS;
+    // Without an address, the node looks for the host's announcement on the LAN (engine/hosting/member-node.ts).
+    const node = await createMemberNode({
+      code,
+      ...(rendezvousUrl !== undefined ? { rendezvousUrl } : {}),
+      name,
+      identity: { label: identityKey ?? identityLabel(name) },
+      // Without --capabilities, the device bench (cached per hardware) tells the host what this machine can do.
+      capabilities: {
+        ...(capabilitiesFile !== undefined ? { file: await readCapabilities(capabilitiesFile) } : {}),
+        bench: !booleanOption(ctx, 'no-bench'),
+        ...(memoryMbText !== undefined ? { memoryBudgetBytes: intOption(memoryMbText, 'memory-mb', 1, 2 ** 30) * 2 ** 20 } : {}),
+        onProgress: (message) => print('bench-progress', { message }, `measuring this device: ${message}`),
+      },
+      session: {
+        heartbeatMs,
+        ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
+        ice: booleanOption(ctx, 'no-ice') ? false : { iceServers: parseIceServers(stringOption(ctx, 'stun'), stringOption(ctx, 'turn')) },
+        ...(advertise !== undefined ? { advertise } : {}),
+        ...(booleanOption(ctx, 'no-port-mapping') ? { portMapping: false } : {}),
+      },
+      ring: {
+        ...(keepFreeText !== undefined ? { keepFreeBytes: intOption(keepFreeText, 'keep-free-mb', 0, 2 ** 30) * 2 ** 20 } : {}),
+        ...(modelPath !== undefined ? { modelPath } : {}),
+        provider,
+        ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
+        shardCache: !booleanOption(ctx, 'no-shard-cache'),
+      },
+      // `kiwi status` asks this member through a loopback control API (token in a 0600 file).
+      control: true,
       signal: ctx.signal,
     });
-    const member = new MemberSession({
-      code,
-      rendezvousUrl,
-      name,
-      identity,
-      ...(capabilities !== undefined ? { capabilities } : {}),
-      heartbeatMs: intOption(stringOption(ctx, 'heartbeat-ms') ?? '5000', 'heartbeat-ms', 10, 3_600_000),
-      ...(booleanOption(ctx, 'relay-only') ? {} : { listenHost: stringOption(ctx, 'listen') ?? '0.0.0.0' }),
-      ice: booleanOption(ctx, 'no-ice') ? false : { iceServers: parseIceServers(stringOption(ctx, 'stun'), stringOption(ctx, 'turn')) },
-      ...(advertise !== undefined ? { advertise } : {}),
-    });
-    member.on('joined', (j) => print('joined', { peer: j.peer, state: j.state, member_id: member.memberId, fingerprint: j.fingerprint, rejoin: j.rejoin },
+    const { member, ring } = node;
+    member.on('joined', (j) => print('joined', {
+      peer: j.peer, state: j.state, member_id: member.memberId, fingerprint: j.fingerprint, rejoin: j.rejoin,
+      port_mapping: member.portMapping?.protocol ?? null, ...(member.portMapping !== undefined ? { mapped: mappedUrl(member.portMapping) } : {}),
+    },
       j.state === 'active' ? `joined the session (fingerprint ${j.fingerprint})` : `waiting for the host to approve: tell them your fingerprint ${j.fingerprint}`));
     member.on('approved', () => print('approved', {}, 'the host approved this member'));
     member.on('disconnected', (reason) => print('disconnected', { reason }, `disconnected (${reason}); reconnecting`));
@@ -116,17 +127,6 @@ export const joinCommand = defineCommand({
       }
     });
     member.on('warning', (err) => print('warning', { code: err.code, message: err.message }, `warning: ${err.message}`));
-    const modelPath = stringOption(ctx, 'model');
-    const threadsText = stringOption(ctx, 'threads');
-    const keepFreeText = stringOption(ctx, 'keep-free-mb');
-    const ring = new RingMember(member, {
-      ...(keepFreeText !== undefined ? { keepFreeBytes: intOption(keepFreeText, 'keep-free-mb', 0, 2 ** 30) * 2 ** 20 } : {}),
-      ...(modelPath !== undefined ? { modelPath } : {}),
-      weightsDir: join(kiwiCacheDir(), 'weights'),
-      provider,
-      ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
-      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
-    });
     ring.on('assigned', (a) => print('assigned', { start: a.start, end: a.end, head: a.head }, `assigned ${layerRangeText(a.start, a.end)}`));
     ring.on('weights-progress', (p) => print.progress('weights-progress', 'weights', {
       received_bytes: p.receivedBytes, total_bytes: p.totalBytes, bytes_per_s: p.bytesPerSecond, eta_s: p.etaSeconds, final: p.final,
@@ -140,29 +140,11 @@ export const joinCommand = defineCommand({
     const rl = createInterface({ input: process.stdin, terminal: false });
     rl.on('line', (line) => {
       if (line.trim() !== 'status') return;
-      const status = { ...ring.status(), links: member.linkStatuses() };
+      const status = node.status();
       print('status', status, JSON.stringify(status, null, 2));
     });
-    // `kiwi status` asks this member through a loopback control API (token in a 0600 file).
-    const control = new SessionControl();
-    control.attachMember(member, {
-      assignment: () => ringAssignment(ring.status()),
-      flow: () => null,
-      handBack: () => ring.handBack(),
-      close: () => ring.close(),
-    }, { code, rendezvous: rendezvousUrl });
-    const api = await startControlApi({ source: control, staticDir: null });
-    const tokenFile = await writeControlFile({ url: api.url, token: api.token, role: 'member' });
-    print('control', { api_url: api.url, token_file: tokenFile }, `Status: kiwi status (control API ${api.url}, token in ${tokenFile})`);
-    const stopControl = async (): Promise<void> => {
-      await removeControlFile(tokenFile);
-      await api.close();
-    };
-    // A wrong code, or a host that will not plan this member (--memory-mb below one layer: it names the figure).
-    const fatal = new Promise<KiwiError>((resolve) => {
-      member.once('fatal', resolve);
-      ring.once('refused', resolve);
-    });
+    const control = node.control as ControlEndpoint;
+    print('control', { api_url: control.api.url, token_file: control.tokenFile }, `Status: kiwi status (control API ${control.api.url}, token in ${control.tokenFile})`);
     const fail = (err: KiwiError): number => {
       // The --json contract wants an error event; text mode lets cli.ts print the message.
       if (!json) throw err;
@@ -171,24 +153,22 @@ export const joinCommand = defineCommand({
       return 1;
     };
     try {
-      await member.connect();
+      await node.connect();
     } catch (err) {
       rl.close();
-      await stopControl();
+      await node.closeControl();
       if (!isKiwiError(err)) throw err;
       return fail(err);
     }
     let failure: KiwiError | undefined;
-    await untilStopped(ctx.signal, fatal.then((err) => (failure = err)));
+    await untilStopped(ctx.signal, node.fatal.then((err) => (failure = err)));
     rl.close();
-    await stopControl();
+    await node.closeControl();
     if (failure?.code === 'MEMORY_BUDGET_TOO_SMALL') await member.leave().catch(() => undefined);
     if (failure !== undefined) return fail(failure);
     // Hand the layers back first, so the ring re-plans without this machine before it goes.
     print('leaving', {}, 'handing back this machine\'s layers…');
-    await ring.handBack();
-    await member.leave();
-    await ring.close();
+    await node.leave();
     return 0;
   },
 });

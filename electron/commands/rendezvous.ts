@@ -19,13 +19,15 @@ export const rendezvousCommand = defineCommand({
     port: { type: 'string', valueName: 'P', description: 'Port to listen on (0 picks a free one)', default: '7420' },
     host: { type: 'string', valueName: 'ADDR', description: 'Address to listen on (0.0.0.0 for every interface)', default: '0.0.0.0' },
     'max-failed-attempts': { type: 'string', valueName: 'N', description: 'Wrong codes from one address (IPv6: one /64) after which a session refuses that address', default: '5' },
+    'stun-second-port': { type: 'string', valueName: 'P', description: 'UDP port of the second STUN service members use to tell how their NAT maps (0 picks a free one)', default: '0' },
     json: { type: 'boolean', description: 'Print events as JSON lines' },
   },
   async run(ctx) {
     const port = intOption(stringOption(ctx, 'port') ?? '7420', 'port', 0, 65535);
     const maxFailedAttempts = intOption(stringOption(ctx, 'max-failed-attempts') ?? '5', 'max-failed-attempts', 1, 1000);
     const bindHost = stringOption(ctx, 'host') ?? '0.0.0.0';
-    const rv = await startRendezvous({ host: bindHost, port, limits: { maxFailedAttempts } });
+    const stunSecondPort = intOption(stringOption(ctx, 'stun-second-port') ?? '0', 'stun-second-port', 0, 65535);
+    const rv = await startRendezvous({ host: bindHost, port, limits: { maxFailedAttempts }, stunSecondPort });
     const urls = wsUrls(bindHost, rv.port);
     if (booleanOption(ctx, 'json')) writeJson(ctx.stdout, { event: 'listening', url: urls[0] ?? rv.url, urls, port: rv.port });
     else ctx.stdout.write(`kiwi rendezvous listening on ${urls.join(', ')}\n`);

@@ -1,16 +1,13 @@
 // `kiwi serve`: runs a whole model in this process (optionally as a chain of --split stages) behind
 // the OpenAI-compatible API until SIGINT/SIGTERM. The model: --model FILE, --model URL (downloaded
-// into the cache first, model-arg.ts), or the embedded stories260K. JSON events: model,
-// downloading / download-progress (for a URL), loading, serving {url}, stopped.
-import { join } from 'node:path';
+// into the cache first, model-arg.ts), or the embedded stories260K; the server is composed in
+// engine/hosting/local-server.ts. JSON events: model, downloading / download-progress (for a URL),
+// loading, serving {url}, stopped.
 import { KiwiError } from '../engine/errors.js';
-import { kiwiCacheDir } from '../engine/paths.js';
 import { parseSplit } from '../engine/runtime/layer-range.js';
-import type { ExecutionProvider } from '../engine/runtime/ort-session.js';
-import { ShardCache } from '../engine/runtime/shard-cache.js';
-import { startOpenAiServer } from '../engine/server/http-server.js';
+import type { ExecutionProvider } from '../engine/ort/session.js';
+import { createLocalServer } from '../engine/hosting/local-server.js';
 import { resolveChatTemplate } from '../engine/server/chat-template-names.js';
-import { LocalBackend } from '../engine/server/local-backend.js';
 import { formatRequestLog, type RequestLogEntry } from '../engine/server/openai-api.js';
 import { API_BROWSER_OPTIONS, apiBrowserPolicy, warnIfUnprotected } from './api-flags.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
@@ -80,36 +77,37 @@ export const serveCommand = defineCommand({
     });
     if (embedded) print('model', { path: modelPath, embedded: true }, `No --model given: serving the embedded ${modelPath} (a tiny story model; prompt it with the start of a story)`);
 
-    const backend = new LocalBackend(modelPath, {
-      ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
-      ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
-      ...(threads !== undefined ? { threads } : {}),
-      ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: new ShardCache(join(kiwiCacheDir(), 'shards')) }),
-      maxBatch: parallel,
-      kvBudgetBytes: kvCacheMb * 1024 * 1024,
-      ...(chatTemplate !== undefined ? { chatTemplate } : {}),
-    });
-    // Listen first: a port in use fails at once, and clients get 503 (not a refused connection) while the model loads.
-    const server = await startOpenAiServer(backend, {
-      host,
-      port,
-      maxActive: parallel,
-      maxQueue,
-      ...browserPolicy,
-      ...(apiKey !== undefined ? { apiKey } : {}),
-      onError: (err) => ctx.stderr.write(`kiwi serve: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
-      ...(logRequests ? { onRequestDone: (e: RequestLogEntry) => print('request', { ...e, ms: Math.round(e.ms) }, formatRequestLog(e)) } : {}),
+    const { backend, server, load, close } = await createLocalServer({
+      modelPath,
+      backend: {
+        ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
+        ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
+        ...(threads !== undefined ? { threads } : {}),
+        shardCache: !booleanOption(ctx, 'no-shard-cache'),
+        maxBatch: parallel,
+        kvBudgetBytes: kvCacheMb * 1024 * 1024,
+        ...(chatTemplate !== undefined ? { chatTemplate } : {}),
+      },
+      api: {
+        host,
+        port,
+        maxActive: parallel,
+        maxQueue,
+        ...browserPolicy,
+        ...(apiKey !== undefined ? { apiKey } : {}),
+        onError: (err) => ctx.stderr.write(`kiwi serve: request failed: ${(err as Error)?.stack ?? String(err)}\n`),
+        ...(logRequests ? { onRequestDone: (e: RequestLogEntry) => print('request', { ...e, ms: Math.round(e.ms) }, formatRequestLog(e)) } : {}),
+      },
     });
     const stopped = untilStopped(ctx.signal);
     try {
       print('loading', { model: backend.modelId, url: server.url }, `Loading ${modelPath} (the API answers 503 until it is ready)...`);
-      await backend.load();
+      await load();
       warnIfUnprotected(print, ctx.stderr, 'serve', host, apiKey);
       print('serving', { url: server.url, model: backend.modelId, host: server.host, port: server.port }, `Serving ${backend.modelId} at ${server.url} (Ctrl-C to stop)`);
       await stopped;
     } finally {
-      await server.close();
-      await backend.close();
+      await close();
     }
     print('stopped', {}, 'Stopped.');
     return 0;

@@ -3,6 +3,7 @@
 // file the running process wrote (engine/server/control-file.ts), never from the command line.
 import type { SessionStatus } from '../../common/control-api.js';
 import { SessionStatus as SessionStatusSchema } from '../../common/control-api.js';
+import { natClassText } from '../../common/nat-text.js';
 import { layerRangeText } from '../../common/ring-layout.js';
 import { KiwiError } from '../engine/errors.js';
 import { findControlFile, kiwiRuntimeDir, type ControlFile } from '../engine/server/control-file.js';
@@ -66,9 +67,10 @@ export function formatStatus(s: SessionStatus, target: Pick<ControlFile, 'url' |
   if (s.ring_state !== null && s.ring_state.epoch > 0) lines.push(`Ring generation: ${s.ring_state.epoch}, ${s.ring_state.recoveries.length} re-plans`);
   if (s.plan_error !== null) lines.push(`No plan: ${s.plan_error.message}`);
   if (s.error !== null) lines.push(`Error: ${s.error.message}`);
+  if (s.role === 'host') lines.push(`Host NAT: ${natClassText(s.host_nat)}`);
   if (s.members.length > 0) {
     lines.push('', 'Members:');
-    lines.push(...table([['PEER', 'NAME', 'STATE', 'IN RING'], ...s.members.map((m) => [String(m.peer), m.name, m.connected ? m.state : `${m.state}, disconnected`, m.in_ring ? 'yes' : 'no'])]));
+    lines.push(...table([['PEER', 'NAME', 'STATE', 'IN RING', 'NAT'], ...s.members.map((m) => [String(m.peer), m.name, m.connected ? m.state : `${m.state}, disconnected`, m.in_ring ? 'yes' : 'no', m.nat != null ? natClassText(m.nat) : '-'])]));
   }
   if (s.plan !== null && s.plan.stages.length > 0) {
     lines.push('', `Stages (${s.plan.layers} layers, counted from 1):`);

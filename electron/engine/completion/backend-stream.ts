@@ -5,14 +5,14 @@
 import { KiwiError } from '../errors.js';
 import { encodeChatPrompt, type ChatTemplate } from '../model/chat-template.js';
 import type { Tokenizer } from '../model/tokenizer/tokenizer.js';
-import type { GenerateParams, GenerateResult } from '../runtime/generation.js';
+import type { GenerateParams, GenerateResult } from '../runtime/generation-loop.js';
 import { Sampler } from '../runtime/sampling.js';
 import { createConstraint } from '../runtime/constrained/token-constraint.js';
 import type { GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from './completion-backend.js';
 import { toolChatInput } from './tool-prompt.js';
 import { toolSyntaxOf } from './tool-syntax.js';
 
-/** The generation loop a backend drives (BatchGenerator, RingGenerator). */
+/** What a backend drives: the generation loop (runtime/generation-loop.ts), in this process or over the ring. */
 export interface TokenGenerator {
   generate(p: GenerateParams): Promise<GenerateResult>;
 }

@@ -9,7 +9,7 @@
 // tool-syntax.ts), the prompt-size check, off-thread tokenizing, the token/end stream around a
 // generator and mean-pooled embeddings. It imports runtime/ and model/, never server/ or pipeline/.
 import type { JsonGrammar } from '../runtime/constrained/json-automaton.js';
-import type { FinishReason } from '../runtime/generation.js';
+import type { FinishReason } from '../runtime/generation-loop.js';
 import type { SamplingOptions, TokenLogprobs } from '../runtime/sampling.js';
 import type { ToolCallRecord } from './tool-prompt.js';
 import type { ToolFunction, ToolSyntax } from './tool-syntax.js';
@@ -46,8 +46,8 @@ export interface GenerationRequest {
   grammar?: JsonGrammar | undefined;
 }
 
-/** Why a generation ended; owned by the generation loop (runtime/generation.ts). */
-export type { FinishReason } from '../runtime/generation.js';
+/** Why a generation ended; declared once, by the generation loop (runtime/generation-loop.ts). */
+export type { FinishReason } from '../runtime/generation-loop.js';
 
 /** Events of one generation, in order: tokens, then exactly one `end` (or the iterable throws). */
 export type GenerationEvent =

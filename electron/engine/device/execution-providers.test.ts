@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseProviderChoice, probeExecutionProviders, providerLibraryInstalled, selectProvider } from './execution-providers.js';
+import { providerLibraryInstalled } from '../ort/providers.js';
+import { parseProviderChoice, probeExecutionProviders, selectProvider } from './execution-providers.js';
 
 describe('execution provider probe', () => {
   it('finds that the CPU provider runs a session here', async () => {

@@ -2,12 +2,11 @@
 // of onnxruntime-node lists is asked to create and run a one-node session. A provider that is
 // listed but whose driver or library is missing fails here, with its reason kept for the report.
 // selectProvider() resolves `--provider auto|cuda|dml|cpu` on join and host with the same probe.
-// (It imports onnxruntime itself because the runtime depends on device/, not the other way round.)
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import onnxProto from 'onnx-proto';
+// onnxruntime itself is reached through ort/providers.ts (which loads it lazily).
 import { KiwiError } from '../errors.js';
+import { encodeModel, GraphBuilder } from '../ort/onnx-graph.js';
+import { listedBackends, openProbeSession, providerBundled, providerLibraryFile, providerLibraryInstalled } from '../ort/providers.js';
+import type { ExecutionProvider } from '../ort/session.js';
 
 export interface ProviderProbe {
   name: string;
@@ -18,38 +17,14 @@ export interface ProviderProbe {
   error: string | null;
 }
 
-const { onnx } = onnxProto;
-
 /** A model computing y = a + b on float[2]: small enough that every provider can run it. */
 export function tinyAddModel(): Uint8Array {
-  const f32 = onnx.TensorProto.DataType.FLOAT;
-  const io = (name: string) => ({ name, type: { tensorType: { elemType: f32, shape: { dim: [{ dimValue: 2 }] } } } });
-  const model = onnx.ModelProto.create({
-    irVersion: 10,
-    producerName: 'kiwi-device-probe',
-    opsetImport: [{ domain: '', version: 21 }],
-    graph: {
-      name: 'probe',
-      node: [{ opType: 'Add', input: ['a', 'b'], output: ['y'], name: 'add' }],
-      input: [io('a'), io('b')],
-      output: [io('y')],
-    },
-  });
-  return onnx.ModelProto.encode(model).finish();
-}
-
-/** Providers that ship as a separate shared library, which the npm install may have skipped. */
-const SEPARATE_LIBRARY = new Set(['cuda', 'tensorrt']);
-
-/**
- * Whether a provider's library is present beside onnxruntime-node's binary. Asking onnxruntime for
- * a provider whose library is missing prints error lines on stderr before it fails, so look first.
- */
-export function providerLibraryInstalled(name: string): boolean {
-  if (!SEPARATE_LIBRARY.has(name)) return true;
-  const require = createRequire(import.meta.url);
-  const dir = join(dirname(require.resolve('onnxruntime-node/package.json')), 'bin', 'napi-v6', process.platform, process.arch);
-  return existsSync(join(dir, providerLibraryFile(name)));
+  const g = new GraphBuilder('probe');
+  const a = g.input('a', 'float32', [2]);
+  const b = g.input('b', 'float32', [2]);
+  g.op('Add', [a, b], { output: 'y', hint: 'add' });
+  g.output('y', 'float32', [2]);
+  return encodeModel(g).model;
 }
 
 /** Probes every backend onnxruntime-node lists; the CPU provider is always among them. */
@@ -59,25 +34,19 @@ export async function probeExecutionProviders(): Promise<ProviderProbe[]> {
   return out;
 }
 
-async function listedBackends(): Promise<{ name: string; bundled: boolean }[]> {
-  // Loaded lazily so that the rest of the device probe works where the native binary cannot load.
-  const ort = await import('onnxruntime-node');
-  return typeof ort.listSupportedBackends === 'function' ? ort.listSupportedBackends() : [{ name: 'cpu', bundled: true }];
-}
-
 /** Creates and runs the probe graph on one provider; a missing library is reported without asking onnxruntime. */
-export async function probeProvider(name: string, bundled = !SEPARATE_LIBRARY.has(name)): Promise<ProviderProbe> {
+export async function probeProvider(name: string, bundled = providerBundled(name)): Promise<ProviderProbe> {
   if (!providerLibraryInstalled(name)) {
     return { name, bundled, works: false, error: `the ${name} provider library is not installed (onnxruntime-node's install skipped it)` };
   }
-  const ort = await import('onnxruntime-node');
-  let session: Awaited<ReturnType<typeof ort.InferenceSession.create>> | null = null;
+  let session: Awaited<ReturnType<typeof openProbeSession>> | null = null;
   try {
-    session = await ort.InferenceSession.create(tinyAddModel(), { executionProviders: [name], logSeverityLevel: 4 });
-    const a = new ort.Tensor('float32', Float32Array.from([1, 2]), [2]);
-    const b = new ort.Tensor('float32', Float32Array.from([3, 4]), [2]);
-    const { y } = await session.run({ a, b });
-    const data = y?.data as Float32Array | undefined;
+    session = await openProbeSession(tinyAddModel(), {
+      provider: name,
+      feeds: { a: { data: Float32Array.from([1, 2]), dims: [2] }, b: { data: Float32Array.from([3, 4]), dims: [2] } },
+      logSeverityLevel: 4,
+    });
+    const { y: data } = await session.run();
     if (data?.[0] !== 4 || data[1] !== 6) throw new Error(`wrong result ${String(data)}`);
     return { name, bundled, works: true, error: null };
   } catch (err) {
@@ -88,8 +57,8 @@ export async function probeProvider(name: string, bundled = !SEPARATE_LIBRARY.ha
   }
 }
 
-/** The execution providers a stage can run on (runtime/ort-session.ts's ExecutionProvider). */
-export type StageProvider = 'cuda' | 'dml' | 'cpu';
+/** The execution providers a stage can run on. */
+export type StageProvider = ExecutionProvider;
 /** What `--provider` accepts: a provider, or auto (the GPU one that runs the probe graph, else the CPU). */
 export type ProviderChoice = StageProvider | 'auto';
 export const PROVIDER_CHOICES: readonly ProviderChoice[] = ['auto', 'cuda', 'dml', 'cpu'];
@@ -98,11 +67,6 @@ export interface ProviderSelection {
   provider: StageProvider;
   /** Why each GPU provider auto tried was passed over, e.g. "cuda: provider library not installed (…); using cpu". */
   fallbacks: string[];
-}
-
-/** The file name of a provider's separate library on this platform. */
-export function providerLibraryFile(name: string): string {
-  return process.platform === 'win32' ? `onnxruntime_providers_${name}.dll` : `libonnxruntime_providers_${name}.so`;
 }
 
 /** How to get the CUDA provider (the README's section "The CUDA provider"). */

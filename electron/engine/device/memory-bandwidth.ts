@@ -5,6 +5,7 @@ import os from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { KiwiError } from '../errors.js';
 import { loadMembwAddon, type MembwAddon } from './native-addon.js';
+import { median } from '../median.js';
 
 export type BandwidthMethod = 'native-read' | 'js-copy';
 
@@ -152,10 +153,4 @@ async function jsCopyRound(bytesPerThread: number, threads: number, passes: numb
   } finally {
     await Promise.all(workers.map((w) => w.terminate()));
   }
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }

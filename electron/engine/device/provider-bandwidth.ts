@@ -3,7 +3,8 @@
 // ReduceSum. The initializer lives on the device, so each run moves only a scalar back to the host.
 // Graph optimizations are off so that constant folding or common-subexpression elimination does
 // not remove the very reads being timed.
-import onnxProto from 'onnx-proto';
+import { encodeModel, f32Bytes, GraphBuilder } from '../ort/onnx-graph.js';
+import { openProbeSession } from '../ort/providers.js';
 
 export interface ProviderBandwidthOptions {
   /** Size of the initializer; well beyond any GPU's last-level cache by default. */
@@ -22,7 +23,6 @@ export interface ProviderBandwidth {
   samplesGBps: number[];
 }
 
-const { onnx } = onnxProto;
 const MIB = 1024 * 1024;
 /** Refuse sizes that would take more host memory to build than a probe deserves. */
 const MAX_BYTES = 2048 * MIB;
@@ -32,46 +32,33 @@ export function readProbeModel(bytes: number, reads: number): Uint8Array {
     throw new RangeError(`probe size out of range: ${bytes} bytes × ${reads} reads`);
   }
   const n = Math.floor(bytes / 4);
-  const weights = new Float32Array(n).fill(1);
-  const f32 = onnx.TensorProto.DataType.FLOAT;
-  const sums = Array.from({ length: reads }, (_, i) => `s${i}`);
-  const model = onnx.ModelProto.create({
-    irVersion: 10,
-    producerName: 'kiwi-bandwidth-probe',
-    opsetImport: [{ domain: '', version: 21 }],
-    graph: {
-      name: 'read-probe',
-      initializer: [{ name: 'w', dataType: f32, dims: [n], rawData: new Uint8Array(weights.buffer) }],
-      node: [
-        // No axes input and noop_with_empty_axes = 0: reduce over every element to a scalar.
-        ...sums.map((s, i) => ({ opType: 'ReduceSum', input: ['w'], output: [s], name: `read${i}`, attribute: [{ name: 'keepdims', type: onnx.AttributeProto.AttributeType.INT, i: 0 }] })),
-        // An input-dependent tail keeps the graph from being a constant.
-        { opType: 'Sum', input: [...sums, 'x'], output: ['y'], name: 'total' },
-      ],
-      input: [{ name: 'x', type: { tensorType: { elemType: f32, shape: { dim: [] } } } }],
-      output: [{ name: 'y', type: { tensorType: { elemType: f32, shape: { dim: [] } } } }],
-    },
-  });
-  return onnx.ModelProto.encode(model).finish();
+  const g = new GraphBuilder('read-probe');
+  const w = g.initializer('w', 'float32', [n], f32Bytes(new Float32Array(n).fill(1)));
+  const x = g.input('x', 'float32', []);
+  // No axes input and noop_with_empty_axes = 0: reduce over every element to a scalar.
+  const sums = Array.from({ length: reads }, (_, i) => g.op('ReduceSum', [w], { output: `s${i}`, hint: `read${i}`, attrs: { keepdims: 0 } }));
+  // An input-dependent tail keeps the graph from being a constant.
+  g.op('Sum', [...sums, x], { output: 'y', hint: 'total' });
+  g.output('y', 'float32', []);
+  return encodeModel(g).model;
 }
 
 export async function measureProviderBandwidth(provider: string, options: ProviderBandwidthOptions = {}): Promise<ProviderBandwidth> {
   const bytes = options.bytes ?? 256 * MIB;
   const reads = options.reads ?? 4;
   const runs = options.runs ?? 5;
-  const ort = await import('onnxruntime-node');
-  const session = await ort.InferenceSession.create(readProbeModel(bytes, reads), {
-    executionProviders: [provider],
+  const n = Math.floor(bytes / 4);
+  const session = await openProbeSession(readProbeModel(bytes, reads), {
+    provider,
+    feeds: { x: { data: Float32Array.from([0]), dims: [] } },
     graphOptimizationLevel: 'disabled',
     logSeverityLevel: 3,
   });
   try {
-    const n = Math.floor(bytes / 4);
-    const feeds = { x: new ort.Tensor('float32', Float32Array.from([0]), []) };
     const check = async (): Promise<void> => {
-      const { y } = await session.run(feeds);
+      const { y } = await session.run();
       // Every element is 1, so a run that really read everything returns reads × n (fp32 rounding aside).
-      const got = (y?.data as Float32Array | undefined)?.[0] ?? NaN;
+      const got = y?.[0] ?? NaN;
       if (!(Math.abs(got - reads * n) <= reads * n * 1e-3)) throw new Error(`bandwidth probe on ${provider} returned ${got}, expected ${reads * n}`);
     };
     await check(); // warm-up: first-run allocations and kernel selection

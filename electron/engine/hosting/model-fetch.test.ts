@@ -17,7 +17,7 @@ import { SessionStatus, type ControlEvent } from '../../../common/control-api.js
 import { isKiwiError } from '../errors.js';
 import { defaultModelPath } from '../paths.js';
 import { startControlApi, type ControlApi } from '../server/control-api.js';
-import { SessionControl, type HostingRequest, type ModelFetchProgress, type StartHosting } from '../server/control-api-source.js';
+import { SessionControl, type HostingRequest, type ModelFetchProgress, type StartHosting } from './session-control.js';
 import { createHost } from '../session/host.js';
 import { startRangeServer } from '../test-support/range-server.js';
 import { fetchModel, MAX_MODEL_REDIRECTS, modelCachePath, modelFetcher, modelFileName, redirectRefusal, SpeedMeter } from './model-fetch.js';
@@ -280,6 +280,26 @@ describe('fetchModel against hostile or broken servers', () => {
     expect(await exists(legacy)).toBe(false);
     expect(notices.join('\n')).toMatch(/my_20model\.gguf/);
   });
+
+  it.each([
+    ['kiwi host --model-url', (dest: string) => join(dirname(dest), 'my_20model.gguf.part')],
+    ['app', (dest: string) => `${dest}.part`],
+  ])('resumes a partial download an older %s left under its own name instead of starting again', async (_who, partName) => {
+    const data = body(1_200_000);
+    const server = await startRangeServer({ body: data });
+    cleanups.push(() => server.close());
+    const cacheDir = await scratch();
+    const url = `${server.url}/files/my%20model.gguf`;
+    const dest = modelCachePath(url, cacheDir);
+    const half = 400_000;
+    await mkdir(dirname(dest), { recursive: true });
+    await writeFile(partName(dest), data.subarray(0, half));
+    const got = await fetchModel(url, { cacheDir });
+    expect(got).toEqual({ path: dest, bytes: data.length, downloaded: true });
+    expect((await readFile(dest)).equals(data)).toBe(true);
+    expect(server.requests.map((r) => r.range)).toEqual([`bytes=${half}-`]);
+    expect(await exists(partName(dest))).toBe(false);
+  });
 });
 
 describe('SpeedMeter', () => {
@@ -329,22 +349,28 @@ async function until(what: string, api: ControlApi, ok: (s: SessionStatus) => bo
   }
 }
 
+/** A SessionControl that downloads into `cacheDir` and hosts the session alone, recording what it was asked to host. */
+async function downloadingControl(cacheDir: string, fetchImpl?: typeof fetch): Promise<{ api: ControlApi; control: SessionControl; hosted: HostingRequest[] }> {
+  const hosted: HostingRequest[] = [];
+  // The session alone: serving the file has its own tests (ring-control.test.ts).
+  const startHosting: StartHosting = async (req) => {
+    hosted.push(req);
+    const session = await createHost({ autoApprove: true, listenHost: '127.0.0.1' });
+    return { session, model: req.model, serving: null, close: () => session.close() };
+  };
+  const control = new SessionControl({ startHosting, fetchModel: modelFetcher({ cacheDir, ...(fetchImpl !== undefined ? { fetchImpl } : {}) }), coalesceMs: 5 });
+  const api = await startControlApi({ source: control, staticDir: null });
+  cleanups.push(() => api.close(), () => control.close());
+  return { api, control, hosted };
+}
+
 describe('hosting a model from its URL through the control API', () => {
   it('shows the download, cancels and resumes it, then hosts the cached file with its URL', async () => {
     const data = body(6 * 1024 * 1024);
     const server = await startRangeServer({ body: data });
     cleanups.push(() => server.close());
     const cacheDir = await scratch();
-    const hosted: HostingRequest[] = [];
-    // The session alone: serving the file has its own tests (ring-control.test.ts).
-    const startHosting: StartHosting = async (req) => {
-      hosted.push(req);
-      const session = await createHost({ autoApprove: true, listenHost: '127.0.0.1' });
-      return { session, model: req.model, serving: null, close: () => session.close() };
-    };
-    const control = new SessionControl({ startHosting, fetchModel: modelFetcher({ cacheDir, fetchImpl: slowFetch }), coalesceMs: 5 });
-    const api = await startControlApi({ source: control, staticDir: null });
-    cleanups.push(() => api.close(), () => control.close());
+    const { api, control, hosted } = await downloadingControl(cacheDir, slowFetch);
     const snapshots: SessionStatus[] = [];
     control.subscribe((e: ControlEvent) => {
       if (e.type === 'status') snapshots.push(e.status);
@@ -386,15 +412,7 @@ describe('hosting a model from its URL through the control API', () => {
     const server = await startRangeServer({ body: stories });
     cleanups.push(() => server.close());
     const cacheDir = await scratch();
-    const hosted: HostingRequest[] = [];
-    const startHosting: StartHosting = async (req) => {
-      hosted.push(req);
-      const session = await createHost({ autoApprove: true, listenHost: '127.0.0.1' });
-      return { session, model: req.model, serving: null, close: () => session.close() };
-    };
-    const control = new SessionControl({ startHosting, fetchModel: modelFetcher({ cacheDir }), coalesceMs: 5 });
-    const api = await startControlApi({ source: control, staticDir: null });
-    cleanups.push(() => api.close(), () => control.close());
+    const { api, hosted } = await downloadingControl(cacheDir);
     const url = `${server.url}/stories.gguf`;
     const bad = await call(api, 'POST', '/session/host', { model_url: url, model_sha256: 'abc' });
     expect(bad.status).toBe(400);

@@ -15,7 +15,7 @@ import { isKiwiError, KiwiError } from '../errors.js';
 import { downloadFile, sha256File } from '../model/download.js';
 import { openGguf } from '../model/gguf/gguf-reader.js';
 import { kiwiCacheDir } from '../paths.js';
-import type { ModelFetcher, ModelFetchProgress } from '../server/control-api-source.js';
+import type { ModelFetcher, ModelFetchProgress } from './control-hooks.js';
 
 /** The speed shown is over this recent window, so a stall shows as a falling rate. */
 const SPEED_WINDOW_MS = 3000;

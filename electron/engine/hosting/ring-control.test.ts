@@ -1,4 +1,4 @@
-// The control API over the real ring: a host SessionControl hosting through createSessionHost and
+// The control API over the real ring: a host SessionControl hosting through createHostNode and
 // two members joining from their own SessionControls (all in this process, on loopback), each
 // running its RingMember. The host's /api/status shows the plan's stages, the members their
 // assignments, and a chat goes through the ring; a plan the memory cannot hold shows its refusal.
@@ -9,9 +9,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { SessionStatus } from '../../../common/control-api.js';
 import { testModelPath } from '../model/test-models.js';
 import { startControlApi, type ControlApi } from '../server/control-api.js';
-import { SessionControl } from '../server/control-api-source.js';
+import { SessionControl } from './session-control.js';
 import type { SessionHostStatus } from '../pipeline/session-host.js';
-import { FlowMeter, memberRing, ringHosting, ringPlanWire, ringStateWire, type RingHostingOptions } from './ring-control.js';
+import { ringHosting, type RingHostingOptions } from './host-node.js';
+import { memberRing } from './member-node.js';
+import { FlowMeter, ringPlanWire, ringStateWire } from './ring-control.js';
 
 // Controls close in the order they started: the host ends the session first, as at a real session's end.
 const cleanups: Array<() => Promise<unknown>> = [];

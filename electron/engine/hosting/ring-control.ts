@@ -1,28 +1,19 @@
 // The control API over the ring: maps SessionHost.status() into the wire's plan (who holds which
 // layers, predicted or measured stage ms, tokens/s, or why there is no plan), its ring state
-// (phase, generation, recoveries) and whether tokens flow; hosts from the UI through
-// createSessionHost (the composition `kiwi host --model` runs), and gives the UI's joins a
-// RingMember whose assignment and load progress feed SessionControl's `assignment` hook. It sits
-// above both pipeline/ and server/ (the ring implements the server's backend; this composes them).
-import { stat } from 'node:fs/promises';
-import { totalmem } from 'node:os';
+// (phase, generation, recoveries) and whether tokens flow (hostedRing: a running ring as
+// SessionControl's HostedSession), and a RingMember's status into the member's assignment. The
+// nodes themselves are composed in host-node.ts and member-node.ts.
 import type { FlowWire, PlanWire, RingStateWire, SessionStatus, StageWire } from '../../../common/control-api.js';
-import { isKiwiError, KiwiError } from '../errors.js';
-import { openGguf } from '../model/gguf/gguf-reader.js';
-import { RingMember, type RingMemberOptions } from '../pipeline/ring-member.js';
-import { createSessionHost, type SessionHost, type SessionHostOptions, type SessionHostStatus } from '../pipeline/session-host.js';
-import { modelSizesFromGguf } from '../planner/model-sizes.js';
-import type { HostOptions } from '../session/host.js';
-import type { MemberSession } from '../session/member.js';
-import type { HostedSession, HostingRequest, MemberRing, StartHosting } from '../server/control-api-source.js';
-import { startOpenAiServer, type OpenAiServer, type OpenAiServerOptions } from '../server/http-server.js';
-
-type WireError = { code: string; message: string };
+import { edgeReportWire } from '../pipeline/edge-report.js';
+import type { RingMember } from '../pipeline/ring-member.js';
+import type { SessionHost, SessionHostStatus } from '../pipeline/session-host.js';
+import type { OpenAiServer } from '../server/http-server.js';
+import type { HostedSession, WireError } from './control-hooks.js';
 
 /** How often measured stage times (and whether tokens flow) are re-sampled and re-announced while they change. */
-const TIMING_REFRESH_MS = 1000;
+export const TIMING_REFRESH_MS = 1000;
 /** Tokens count as flowing for this long after the last step seen. */
-const FLOW_HOLD_MS = 2 * TIMING_REFRESH_MS;
+export const FLOW_HOLD_MS = 2 * TIMING_REFRESH_MS;
 
 /**
  * The ring's plan as the UI shows it. Once the host assigned the stages they name the peers; the
@@ -55,6 +46,8 @@ export function ringPlanWire(s: SessionHostStatus): { plan: PlanWire | null; err
       layers: Math.max(0, ...plan.stages.map((p) => p.end)),
       tokens_per_s: ringMs !== null && ringMs > 0 ? 1000 / ringMs : null,
       measured: s.timing.meanRingMs !== null,
+      // Each edge's predicted and actual kind, each member's NAT (pipeline/edge-report.ts).
+      ...edgeReportWire(s),
     },
     error,
   };
@@ -135,108 +128,6 @@ export function hostedRing(ring: SessionHost, opts: { model: string; server: Ope
       await opts.server?.close();
       await ring.close();
     }),
-  };
-}
-
-/**
- * The SessionHost options read from the model file, as `kiwi host --model` and hosting from the UI
- * both build them: its path and layer sizes, and the host's device.
- */
-export async function ringModelOptions(modelPath: string): Promise<Pick<SessionHostOptions, 'modelPath' | 'modelSizes' | 'hostDevice'>> {
-  const file = await openGguf(modelPath);
-  return {
-    modelPath,
-    modelSizes: modelSizesFromGguf(file),
-    // Without a benchmark of its own, the host stands in its RAM (memory tier) for every device that reports none.
-    hostDevice: { memoryBytes: totalmem() },
-  };
-}
-
-export interface RingHostingOptions {
-  session?: HostOptions;
-  /** Where /v1 listens: default 127.0.0.1:8080. */
-  api?: Pick<OpenAiServerOptions, 'host' | 'port' | 'maxActive' | 'maxQueue' | 'apiKey'>;
-  /** Everything else the ring takes (expect, settle time, wire, cache, threads...). */
-  ring?: Omit<SessionHostOptions, 'modelPath' | 'modelSizes' | 'session' | 'hostDevice'> & { hostDevice?: SessionHostOptions['hostDevice'] };
-  /** Reports a ring that could not form (also shown as the plan's error). */
-  onError?: (err: KiwiError) => void;
-}
-
-/** Hosting from the UI: a session whose members become the ring, served on /v1 once it forms. */
-export function ringHosting(opts: RingHostingOptions = {}): StartHosting {
-  return async (req: HostingRequest): Promise<HostedSession> => {
-    // Checked first so that a typo fails before a code is shown to friends.
-    const isFile = await stat(req.model).then((st) => st.isFile(), () => false);
-    if (!isFile) throw new KiwiError('FILE_NOT_FOUND', `Model file ${req.model} does not exist. Pick the path of a GGUF file.`);
-    const { hostDevice, ...model } = await ringModelOptions(req.model);
-    const ring = await createSessionHost({
-      hostDevice,
-      ...opts.ring,
-      ...model,
-      // Members without a copy fetch their tensors' byte ranges from where the model came from.
-      ...(req.model_url !== undefined ? { modelUrl: req.model_url } : {}),
-      session: { ...opts.session, ...(req.auto_approve !== undefined ? { autoApprove: req.auto_approve } : {}) },
-    });
-    let server: OpenAiServer;
-    try {
-      server = await startOpenAiServer(ring.backend, { host: '127.0.0.1', port: 8080, ...opts.api });
-    } catch (err) {
-      await ring.close();
-      throw err;
-    }
-    const abort = new AbortController();
-    // The ring reports a failure both here and in status(); without a listener an 'error' event would throw.
-    ring.on('error', (err) => {
-      if (!abort.signal.aborted) opts.onError?.(err);
-    });
-    ring.form(abort.signal).catch((err: unknown) => {
-      // form() records a KiwiError in status() (the UI shows it as the plan's error); anything else is a bug.
-      if (!isKiwiError(err)) throw err;
-    });
-    return hostedRing(ring, {
-      model: req.model,
-      server,
-      async close() {
-        abort.abort(new KiwiError('SESSION_ENDED', 'The host left the session.'));
-        await server.close();
-        await ring.close();
-      },
-    });
-  };
-}
-
-export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError) => void }): (session: MemberSession, onChange: () => void) => MemberRing {
-  return (session, onChange) => {
-    const ring = new RingMember(session, opts);
-    // Errors are reported to the host by the RingMember itself; the UI's caller may also log them.
-    ring.on('error', (err) => opts.onError?.(err));
-    ring.on('assigned', onChange);
-    ring.on('weights-progress', onChange);
-    ring.on('ready', onChange);
-    // The stage's recent step times move with every step it computes: that is its tokens flowing.
-    let stageMs: number | null = null;
-    let lastStep = -Infinity;
-    let flowing = false;
-    const tick = setInterval(() => {
-      const s = ring.status();
-      const now = Date.now();
-      if (s.stageMs !== stageMs) lastStep = now;
-      const active = now - lastStep < FLOW_HOLD_MS;
-      if (s.stageMs === stageMs && active === flowing) return;
-      stageMs = s.stageMs;
-      flowing = active;
-      onChange();
-    }, TIMING_REFRESH_MS);
-    tick.unref();
-    return {
-      assignment: () => ringAssignment(ring.status()),
-      flow: () => ({ active: flowing, tokens_per_s: null }),
-      handBack: () => ring.handBack(),
-      close: () => {
-        clearInterval(tick);
-        return ring.close();
-      },
-    };
   };
 }
 

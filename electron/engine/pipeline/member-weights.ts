@@ -3,9 +3,10 @@
 // byte spans of this member's tensors at their original offsets, so the GGUF reader, the shard
 // cache key and the stage loader work on it unchanged and nothing else is ever stored.
 // progress.jsonl records the spans already verified (sha256), so an interrupted transfer resumes.
-// fetchSpans fills it from a URL instead, one HTTP Range request per span.
+// fetchSpans fills it from a URL instead, one HTTP Range request per span, hashing as it writes.
 import { createHash } from 'node:crypto';
 import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
@@ -200,7 +201,35 @@ export class PartialModel {
   /** Hashes a span after its last chunk; records it when it matches. */
   async verify(span: HashedSpan): Promise<void> {
     const [got] = await hashSpans(this.path, [span]);
-    if (got?.sha256 !== span.sha256) {
+    await this.record(span, got?.sha256);
+  }
+
+  /**
+   * Stores one span's bytes in arrival order through one open handle, hashing them on the way, so
+   * finish() verifies it without reading it back.
+   */
+  async spanWriter(span: HashedSpan): Promise<SpanWriter> {
+    const fh = await open(this.path, 'r+');
+    const h = createHash('sha256');
+    let at = span.offset;
+    return {
+      write: async (data) => {
+        if (at + data.length > span.offset + span.bytes) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `${data.length} bytes at ${at} run past the span at ${span.offset} (+${span.bytes}).`);
+        h.update(data);
+        await fh.write(data, 0, data.length, at);
+        at += data.length;
+      },
+      finish: async () => {
+        await fh.close();
+        if (at !== span.offset + span.bytes) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The bytes at ${span.offset} ended after ${at - span.offset} of ${span.bytes}.`);
+        await this.record(span, h.digest('hex'));
+      },
+      close: () => fh.close().catch(() => {}),
+    };
+  }
+
+  private async record(span: HashedSpan, sha256: string | undefined): Promise<void> {
+    if (sha256 !== span.sha256) {
       throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The bytes at ${span.offset} (+${span.bytes}) do not match the host's sha256; the transfer was corrupted. Join again to retry.`);
     }
     // An append-only log of one JSON line per verified span: several members on one machine may
@@ -210,52 +239,81 @@ export class PartialModel {
   }
 }
 
+/** One span being written (PartialModel.spanWriter). */
+export interface SpanWriter {
+  write(data: Uint8Array): Promise<void>;
+  /** Closes the file and records the span when its bytes and sha256 are the host's; throws otherwise. */
+  finish(): Promise<void>;
+  /** Closes the file without recording (a failed fetch). */
+  close(): Promise<void>;
+}
+
 const WRITE_BYTES = 1 << 20;
+const HTTP_IDLE_MS = 10_000;
+/** A host address from another LAN (the member is in another home) never connects: give up fast. */
+const HTTP_CONNECT_MS = 2_000;
+
+/** Where fetchSpans asks: a bearer token (the host's own server, weights-http.ts) and a way to stop. */
+export interface FetchOptions {
+  token?: string;
+  signal?: AbortSignal;
+}
 
 /**
- * Fetches each span from `url` with one HTTP Range request (`bytes=a-b`) into `partial` and
- * verifies it against the host's sha256, exactly as a span streamed from the host. Any failure
- * (network, a server without ranges, short or wrong bytes) is a WEIGHTS_TRANSFER_FAILED; spans
- * verified before it stay recorded, so the caller can get the rest elsewhere.
+ * Fetches each span from `url` with one HTTP Range request (`bytes=a-b`) into `partial`, writing
+ * and hashing the bytes as they arrive, and verifies it against the host's sha256, exactly as a
+ * span streamed from the host. Any failure (network, a server without ranges, short or wrong
+ * bytes) is a WEIGHTS_TRANSFER_FAILED; spans verified before it stay recorded, so the caller can
+ * get the rest elsewhere.
  */
-export async function fetchSpans(url: string, spans: readonly HashedSpan[], partial: PartialModel, onBytes: (bytes: number) => void, signal?: AbortSignal): Promise<void> {
+export async function fetchSpans(url: string, spans: readonly HashedSpan[], partial: PartialModel, onBytes: (bytes: number) => void, opts: FetchOptions = {}): Promise<void> {
   const fail = (why: string): KiwiError => new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not fetch the model's bytes from ${url}: ${why}.`);
   for (const s of spans) {
-    if (s.bytes > 0) {
-      const last = s.offset + s.bytes - 1;
-      let res: Response;
-      try {
-        res = await fetch(url, { headers: { range: `bytes=${s.offset}-${last}` }, ...(signal !== undefined ? { signal } : {}) });
-      } catch (err) {
-        throw fail((err as Error).message);
-      }
-      const contentRange = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.headers.get('content-range') ?? '');
-      if (res.status !== 206 || res.body === null || contentRange === null || Number(contentRange[1]) !== s.offset || Number(contentRange[2]) !== last) {
-        await res.body?.cancel();
-        throw fail(`asked for bytes ${s.offset}-${last}, got HTTP ${res.status}${contentRange === null ? ' without a matching Content-Range' : ` with ${contentRange[0]}`}`);
-      }
-      const reader = res.body.getReader();
-      let at = s.offset;
+    if (s.bytes === 0) {
+      await partial.verify(s);
+      continue;
+    }
+    const last = s.offset + s.bytes - 1;
+    let res: RangeResponse;
+    try {
+      res = await (opts.token !== undefined ? getRangeHttp : getRangeFetch)(url, `bytes=${s.offset}-${last}`, opts);
+    } catch (err) {
+      throw fail((err as Error).message);
+    }
+    const contentRange = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.contentRange ?? '');
+    if (res.status !== 206 || contentRange === null || Number(contentRange[1]) !== s.offset || Number(contentRange[2]) !== last) {
+      await res.cancel();
+      throw fail(`asked for bytes ${s.offset}-${last}, got HTTP ${res.status}${contentRange === null ? ' without a matching Content-Range' : ` with ${contentRange[0]}`}`);
+    }
+    const reader = res.body[Symbol.asyncIterator]();
+    const writer = await partial.spanWriter(s);
+    // One write in flight while the next bytes arrive.
+    let writing: Promise<void> = Promise.resolve();
+    try {
+      let got = 0;
       let pending: Uint8Array[] = [];
       let pendingBytes = 0;
       const flush = async (): Promise<void> => {
         if (pendingBytes === 0) return;
-        await partial.write(at, Buffer.concat(pending, pendingBytes), [s]);
-        at += pendingBytes;
-        onBytes(pendingBytes);
+        await writing;
+        const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
+        const n = pendingBytes;
+        writing = writer.write(data).then(() => onBytes(n));
+        writing.catch(() => {});
         pending = [];
         pendingBytes = 0;
       };
       for (;;) {
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
+        let chunk: IteratorResult<Uint8Array>;
         try {
-          chunk = await reader.read();
+          chunk = await reader.next();
         } catch (err) {
           throw fail((err as Error).message);
         }
-        if (chunk.done) break;
-        if (at + pendingBytes + chunk.value.length > s.offset + s.bytes) {
-          await reader.cancel();
+        if (chunk.done === true) break;
+        got += chunk.value.length;
+        if (got > s.bytes) {
+          await res.cancel();
           throw fail(`the server sent more than the ${s.bytes} bytes asked for at ${s.offset}`);
         }
         pending.push(chunk.value);
@@ -263,8 +321,76 @@ export async function fetchSpans(url: string, spans: readonly HashedSpan[], part
         if (pendingBytes >= WRITE_BYTES) await flush();
       }
       await flush();
-      if (at !== s.offset + s.bytes) throw fail(`the response for ${s.bytes} bytes at ${s.offset} ended after ${at - s.offset}`);
+      await writing;
+      if (got !== s.bytes) throw fail(`the response for ${s.bytes} bytes at ${s.offset} ended after ${got}`);
+    } catch (err) {
+      await res.cancel();
+      await writing.catch(() => {});
+      await writer.close();
+      throw err;
     }
-    await partial.verify(s);
+    await writer.finish();
   }
+}
+
+interface RangeResponse {
+  status: number;
+  contentRange: string | null;
+  body: AsyncIterable<Uint8Array>;
+  cancel(): Promise<void>;
+}
+
+/** A Range request through fetch (a public model URL: https, redirects to a CDN). */
+async function getRangeFetch(url: string, range: string, opts: FetchOptions): Promise<RangeResponse> {
+  const res = await fetch(url, { headers: { range }, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
+  const reader = res.body?.getReader();
+  return {
+    status: reader === undefined ? 0 : res.status,
+    contentRange: res.headers.get('content-range'),
+    body: chunksOf(reader),
+    cancel: async () => {
+      await reader?.cancel().catch(() => {});
+    },
+  };
+}
+
+/** A web stream's chunks as an async iterable (the DOM typings, which e2e/ compiles with, give ReadableStream none). */
+async function* chunksOf(reader: ReadableStreamDefaultReader<Uint8Array> | undefined): AsyncGenerator<Uint8Array> {
+  if (reader === undefined) return;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    yield value;
+  }
+}
+
+/**
+ * A Range request with the bearer token through node:http (the host's own server, weights-http.ts:
+ * plain http, no redirects), about twice fetch's throughput on a fast link.
+ */
+function getRangeHttp(url: string, range: string, opts: FetchOptions): Promise<RangeResponse> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: 'GET', headers: { range, authorization: `Bearer ${opts.token}` }, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) }, (res) => {
+      const contentRange = res.headers['content-range'];
+      resolve({
+        status: res.statusCode ?? 0,
+        contentRange: typeof contentRange === 'string' ? contentRange : null,
+        body: res,
+        cancel: () => {
+          res.destroy();
+          return Promise.resolve();
+        },
+      });
+    });
+    // An address behind NAT may never answer: 10 s without a byte ends the attempt (the caller falls back).
+    req.setTimeout(HTTP_IDLE_MS, () => req.destroy(new Error(`no answer for ${HTTP_IDLE_MS / 1000} s`)));
+    req.on('socket', (socket) => {
+      if (!socket.connecting) return;
+      const timer = setTimeout(() => req.destroy(new Error(`no connection within ${HTTP_CONNECT_MS / 1000} s`)), HTTP_CONNECT_MS);
+      socket.once('connect', () => clearTimeout(timer));
+      socket.once('close', () => clearTimeout(timer));
+    });
+    req.on('error', reject);
+    req.end();
+  });
 }

@@ -1,9 +1,9 @@
-// The generation loop over the ring: the BatchGenerator's rules (admission against the KV pool,
-// prefill one request at a time, decode in batches, stop on EOG / max tokens / stop sequences),
-// but with several steps in flight at once so every stage of the ring has work: while one batch
-// is at member 2, the next can be at member 1. A request is in at most one step at a time, so
-// its caches on every stage grow in order; requests that became ready while the ring was busy
-// are batched into the next step.
+// Generation over the ring: the shared loop (runtime/generation-loop.ts: admission, prefill one
+// request at a time, batched decoding, accept, finish, cancellation) with steps run by the ring
+// engine, several in flight at once so every stage of the ring has work: while one batch is at
+// member 2, the next can be at member 1. A request is in at most one step at a time, so its
+// caches on every stage grow in order; requests that became ready while the ring was busy are
+// batched into the next step.
 //
 // Recovery (a member died, the ring is re-planned): a step that fails with a ring error does not end
 // its requests. They are held, the host is told (onRingFault), and no step starts until resume()
@@ -15,9 +15,8 @@
 // would be quicker but is exact only up to float rounding (its attention sums in another order,
 // runtime/recompute.test.ts), which flips near-tied tokens: a stream could change mid-way.
 import { isKiwiError, KiwiError } from '../errors.js';
-import { requestLength, sampleNext, settle, type FinishReason, type GenerateParams, type GenerateResult, type RequestProgress } from '../runtime/generation.js';
-import type { KvBlockPool, KvReservation } from '../runtime/kv-pool.js';
-import { StopMatcher } from '../runtime/stop-matcher.js';
+import { GenerationLoop, type LoopRequest, type StepRow } from '../runtime/generation-loop.js';
+import type { KvBlockPool } from '../runtime/kv-pool.js';
 import type { RingEngine } from './ring-engine.js';
 
 export interface RingGeneratorOptions {
@@ -35,54 +34,28 @@ export interface RingGeneratorOptions {
 /** Step errors that a new ring cures: a link or member went away, or a stage lost a request's cache. */
 const RING_FAULTS = new Set(['RING_BROKEN', 'RING_PROTOCOL', 'RING_NOT_READY', 'RING_REPLAN', 'SESSION_DISCONNECTED']);
 
-interface Active extends RequestProgress {
-  id: number;
-  reservation: KvReservation;
-  /**
-   * Positions in its caches on the current ring. 0: the next step is the prompt's prefill; below
-   * history.length: the next step feeds history[pos] (a decode step, or a replay after a re-plan).
-   */
-  pos: number;
+/** What the ring keeps of a request (its caches live in the engine, by request id). */
+interface RingRequestState {
   /** Steps of this request that failed with the ring. */
   faults: number;
-  /** Set once resolved or rejected. */
-  done: boolean;
-  /** In a step now: its caches are in use until the step returns. */
-  stepping: boolean;
-  onAbort: () => void;
 }
 
-export class RingGenerator {
-  private readonly fresh: Active[] = [];
-  private readonly ready: Active[] = [];
+type Request = LoopRequest<RingRequestState>;
+
+export class RingGenerator extends GenerationLoop<RingRequestState> {
   /** Requests of failed steps, held until the next ring. */
-  private readonly stalled: Active[] = [];
-  /** No step starts: the ring is being re-planned. */
-  private holding = false;
+  private readonly stalled: Request[] = [];
   /** Set while no ring can serve: new requests fail with it at once. */
   private unavailable: KiwiError | undefined;
   private idleWaiters: Array<() => void> = [];
-  private inFlight = 0;
-  /** Requests inside the steps in flight. */
-  private rowsInFlight = 0;
-  private nextId = 1;
-  private kvWaiters = 0;
-  private readonly maxBatch: number;
-  private maxInFlight: number;
 
   constructor(
     private engine: RingEngine,
-    readonly pool: KvBlockPool,
-    readonly contextTokens: number,
+    pool: KvBlockPool,
+    contextTokens: number,
     private readonly opts: RingGeneratorOptions = {},
   ) {
-    this.maxBatch = opts.maxBatch ?? 8;
-    this.maxInFlight = opts.maxInFlight ?? 3;
-  }
-
-  /** Requests waiting for KV blocks. */
-  get waitingForKv(): number {
-    return this.kvWaiters;
+    super(pool, contextTokens, { ...opts, maxInFlight: opts.maxInFlight ?? 3 });
   }
 
   /** Requests started and not finished. */
@@ -129,37 +102,6 @@ export class RingGenerator {
     }
   }
 
-  async generate(p: GenerateParams): Promise<GenerateResult> {
-    if (this.unavailable !== undefined) throw this.unavailable;
-    const { maxTokens, tokens } = requestLength(p, this.contextTokens);
-    let reservation = this.pool.tryReserve(tokens);
-    if (reservation === undefined) {
-      this.kvWaiters++;
-      try {
-        reservation = await this.pool.reserve(tokens, { wait: this.opts.refuseWhenFull !== true, ...(p.signal !== undefined ? { signal: p.signal } : {}) });
-      } finally {
-        this.kvWaiters--;
-      }
-    }
-    if (p.signal?.aborted === true) {
-      this.pool.release(reservation);
-      throw p.signal.reason;
-    }
-    const id = this.nextId++;
-    this.engine.open(id, reservation.capacityTokens);
-    const r = reservation;
-    return new Promise<GenerateResult>((resolve, reject) => {
-      const a: Active = {
-        id, p, maxTokens, reservation: r, pos: 0, faults: 0, history: [...p.promptIds], ids: [],
-        stop: new StopMatcher(p.stop ?? []), done: false, stepping: false, onAbort: () => this.abort(a),
-        t0: performance.now(), ttftMs: 0, resolve, reject,
-      };
-      p.signal?.addEventListener('abort', a.onAbort, { once: true });
-      this.fresh.push(a);
-      this.pump();
-    });
-  }
-
   /**
    * The head's final-norm hidden states [seq, hidden] of `ids` as one prefill through the ring
    * (embeddings), on caches of its own that are freed at once. Counted as a step in flight, so a
@@ -169,7 +111,7 @@ export class RingGenerator {
     if (this.unavailable !== undefined) throw this.unavailable;
     if (this.holding) throw new KiwiError('RING_REPLAN', 'the ring is being re-planned; retry in a moment');
     const reservation = await this.pool.reserve(ids.length, signal !== undefined ? { signal } : {});
-    const id = this.nextId++;
+    const id = this.newId();
     this.inFlight++;
     try {
       this.engine.open(id, reservation.capacityTokens);
@@ -185,97 +127,45 @@ export class RingGenerator {
     }
   }
 
-  /** An aborted request waiting in a queue ends now; one inside a step ends when the step returns. */
-  private abort(a: Active): void {
-    if (a.done || a.stepping) return;
-    for (const queue of [this.fresh, this.ready, this.stalled]) {
-      const i = queue.indexOf(a);
-      if (i >= 0) queue.splice(i, 1);
-    }
-    this.finish(a, a.p.signal?.reason);
+  protected override refusal(): KiwiError | undefined {
+    return this.unavailable;
   }
 
-  /**
-   * Starts steps while there is work and room in the ring. Decoding requests travel in groups of
-   * about (decoding requests / steps in flight): a group that waits for its stragglers makes one
-   * batched step instead of several single-row ones, and the groups keep every stage busy.
-   */
-  private pump(): void {
-    while (this.inFlight < this.maxInFlight && !this.holding) {
-      const next = this.fresh.shift();
-      if (next === undefined && this.inFlight > 0) {
-        const target = Math.min(this.maxBatch, Math.ceil((this.ready.length + this.rowsInFlight) / this.maxInFlight));
-        if (this.ready.length < target) return;
-      }
-      const batch = next !== undefined ? [next] : this.ready.splice(0, this.maxBatch);
-      if (batch.length === 0) return;
-      const live = batch;
-      this.inFlight++;
-      this.rowsInFlight += live.length;
-      for (const a of live) a.stepping = true;
-      const rows = live.map((a) => ({ id: a.id, tokens: a.pos === 0 ? a.p.promptIds : [a.history[a.pos]!], pos: a.pos, cap: a.reservation.capacityTokens }));
-      this.engine.step(rows).then(
-        (logits) => {
-          this.inFlight--;
-          this.rowsInFlight -= live.length;
-          live.forEach((a, i) => {
-            a.stepping = false;
-            a.pos += rows[i]!.tokens.length;
-            try {
-              // Still replaying tokens it had already generated: their logits were used the first time.
-              if (a.pos >= a.history.length) this.accept(a, logits[i]!);
-              else if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
-              else this.ready.push(a);
-            } catch (err) {
-              this.finish(a, err);
-            }
-          });
-          this.afterStep();
-        },
-        (err: unknown) => {
-          this.inFlight--;
-          this.rowsInFlight -= live.length;
-          for (const a of live) a.stepping = false;
-          if (isKiwiError(err) && RING_FAULTS.has(err.code)) {
-            // The ring failed, not the request: hold it for the next ring.
-            for (const a of live) {
-              if (a.done) continue;
-              if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
-              // A re-plan the host chose (a member left or returned) is nobody's fault; a step that failed counts.
-              else if (err.code !== 'RING_REPLAN' && ++a.faults > (this.opts.maxRecomputes ?? 4)) this.finish(a, err);
-              else this.stalled.push(a);
-            }
-            this.holding = true;
-            this.opts.onRingFault?.(err);
-          } else {
-            // A failed step ends the requests of that step, and only those.
-            for (const a of live) this.finish(a, err);
-          }
-          this.afterStep();
-        },
-      );
-    }
+  protected open(id: number, capacityTokens: number): RingRequestState {
+    this.engine.open(id, capacityTokens);
+    return { faults: 0 };
   }
 
-  private afterStep(): void {
-    if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
-    this.pump();
+  protected runStep(rows: readonly StepRow<RingRequestState>[]): Promise<Float32Array[]> {
+    return this.engine.step(rows.map(({ request: a, tokens }) => ({ id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens })));
   }
 
-  private accept(a: Active, logits: Float32Array): void {
-    if (a.p.signal?.aborted === true) return this.finish(a, a.p.signal.reason);
-    const outcome = sampleNext(a, logits);
-    if (outcome !== undefined) return this.finish(a, outcome);
-    this.ready.push(a);
-  }
-
-  private finish(a: Active, outcome: FinishReason | unknown): void {
-    if (a.done) return;
-    a.done = true;
-    a.p.signal?.removeEventListener('abort', a.onAbort);
-    this.pool.release(a.reservation);
-    // Every stage drops the request's caches (a `free` event travels the ring).
+  /** Every stage drops the request's caches (a `free` event travels the ring). */
+  protected override close(a: Request): void {
     this.engine.free([a.id]);
-    settle(a, outcome);
+  }
+
+  protected override heldQueues(): Request[][] {
+    return [this.stalled];
+  }
+
+  /** The ring failed, not the request: its requests are held for the next ring (the host re-plans). */
+  protected override keepAfterFailedStep(batch: readonly Request[], err: unknown): boolean {
+    if (!isKiwiError(err) || !RING_FAULTS.has(err.code)) return false;
+    for (const a of batch) {
+      if (a.done) continue;
+      if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
+      // A re-plan the host chose (a member left or returned) is nobody's fault; a step that failed counts.
+      else if (err.code !== 'RING_REPLAN' && ++a.state.faults > (this.opts.maxRecomputes ?? 4)) this.finish(a, err);
+      else this.stalled.push(a);
+    }
+    this.holding = true;
+    this.opts.onRingFault?.(err);
+    return true;
+  }
+
+  protected override afterStep(): void {
+    if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+    super.afterStep();
   }
 }

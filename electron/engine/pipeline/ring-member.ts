@@ -1,6 +1,6 @@
-// A member's part of the ring: takes its assignment from the host, obtains its weights (its own
-// copy of the model, an earlier transfer, HTTP range requests to the model's URL when the host
-// names one, or streamed from the host now), opens its Stage, and then
+// A member's part of the ring: takes its assignment from the host, obtains its weights
+// (weights-receipt.ts: its own copy of the model, an earlier transfer, HTTP range requests to the
+// model's URL when the host names one, or streamed from the host now), opens its Stage, and then
 // runs every step that arrives from its ring neighbour, sending the result to the next one. Steps
 // run one at a time in arrival order, so each request's KV cache grows in order; per-request caches
 // live here until a `free` event (request ended or cancelled) passes through.
@@ -8,28 +8,28 @@
 // any of its steps still arriving, keeps its stage when the layers did not change, and otherwise
 // loads the new range (weights it already received stay on disk). handBack() leaves gracefully:
 // the host re-plans without this member before it goes.
-// What arrives from the previous stage is checked before it runs (tensor-frame.ts limits, the wire
-// the link agreed, rows that fit their caches). Malformed data ends that link with an error frame,
+// What arrives from the previous stage is checked before it runs (ring-step-input.ts: tensor-frame.ts
+// limits, the wire the link agreed, rows that fit their caches). Malformed data ends that link with an error frame,
 // a `warning`, and a `peer-fault` report so the host plans without the sender; NaN or infinite
 // activations are reported as a precision problem. Nothing a peer sends throws out of a handler.
 import { EventEmitter } from 'node:events';
 import { freeMemoryReader, watchFreeMemory, type MemoryWatch } from '../device/memory-watch.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { ProgressRate } from '../progress-rate.js';
-import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
+import type { ExecutionProvider } from '../ort/session.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
-import type { ExecutionProvider } from '../runtime/ort-session.js';
-import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
+import type { ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type KvCache, type StageInput } from '../runtime/stage.js';
 import type { MemberSession } from '../session/member.js';
-import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type WireOptions } from '../transport/tensor-frame.js';
+import { encodeStepFrame, firstNonFinite, type WireOptions } from '../transport/tensor-frame.js';
 import type { SecureLink } from '../transport/secure-link.js';
-import { fetchSpans, PartialModel, type HashedSpan } from './member-weights.js';
 import { budgetTooSmallError } from './member-budget.js';
 import {
-  Assign, decodeRingEvent, decodeWeightsChunk, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody, parseStepMetadata, RingKind,
-  type MemberToHostBody, type RingEvent, type WeightsPlan,
+  Assign, decodeWeightsChunk, encodeRingEvent, encodeRingStep, HostToMemberBody, parsePipelineBody,
+  type MemberToHostBody,
 } from './ring-protocol.js';
+import { checkStepInput, malformedFault, StepError, stepFailed, type StepInput } from './ring-step-input.js';
+import { planBytes, WeightsPlans, WeightsReceipt, type WeightsSource } from './weights-receipt.js';
 
 export interface RingMemberOptions {
   /** This member's own copy of the model, if it has one (used when its fingerprint matches). */
@@ -65,21 +65,6 @@ export interface RingMemberEvents {
   error: [err: KiwiError];
 }
 
-type WeightsSource = 'local' | 'cache' | 'url' | 'host' | 'kept';
-
-interface Transfer {
-  plan: HashedSpan[];
-  partial: PartialModel;
-  missing: HashedSpan[];
-  receivedBytes: number;
-  totalBytes: number;
-  lastReportedBytes: number;
-  done: () => void;
-  failed: (err: KiwiError) => void;
-}
-
-const PROGRESS_EVERY_BYTES = 1 << 20;
-
 export class RingMember extends EventEmitter<RingMemberEvents> {
   private stage: Stage | undefined;
   /** What the open stage holds: layers, model and context (a re-plan that keeps them keeps the stage). */
@@ -91,9 +76,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private rangeBytes = 0;
   private readonly caches = new Map<number, KvCache>();
   private queue: Promise<void> = Promise.resolve();
-  private transfer: Transfer | undefined;
-  private pendingPlan: WeightsPlan | undefined;
-  private planWaiter: ((plan: WeightsPlan) => void) | undefined;
+  private readonly weights: WeightsReceipt;
+  private readonly plans = new WeightsPlans();
   private readonly attached = new WeakSet<SecureLink>();
   private closed = false;
   /** 0..1 while the weights arrive and the stage opens; 1 once ready. */
@@ -107,11 +91,21 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     private readonly opts: RingMemberOptions,
   ) {
     super();
+    this.weights = new WeightsReceipt(opts, {
+      send: (body) => this.send(body),
+      progress: (receivedBytes, totalBytes) => {
+        // The transfer is most of the loading; opening the stage is the rest.
+        this.loadFraction = totalBytes > 0 ? 0.9 * Math.min(1, receivedBytes / totalBytes) : 0.9;
+        this.send({ kind: 'weights-progress', receivedBytes, totalBytes });
+        this.emitProgress(receivedBytes, totalBytes);
+      },
+      warning: (err) => this.emit('warning', err),
+    });
     session.on('pipeline', (body) => this.onControl(body));
     session.on('pipeline-bytes', (bytes) => {
       try {
         const chunk = decodeWeightsChunk(bytes);
-        this.onChunk(chunk.offset, chunk.data);
+        this.weights.chunk(chunk.offset, chunk.data);
       } catch (err) {
         if (!isKiwiError(err)) throw err;
         this.emit('error', err);
@@ -181,8 +175,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
         void this.onAssign(body).catch((err: unknown) => this.fail(err, body.epoch));
         return;
       case 'weights-plan':
-        if (this.planWaiter !== undefined) this.planWaiter(body);
-        else this.pendingPlan = body;
+        this.plans.put(body);
         return;
       case 'released':
         this.released?.();
@@ -213,8 +206,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.assignment = a;
     this.caches.clear();
     this.recentStepMs.length = 0;
-    this.transfer?.failed(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
-    this.transfer = undefined;
+    this.weights.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
     await this.queue;
     if (this.assignment !== a) return;
     this.caches.clear();
@@ -224,7 +216,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions]);
     if (this.stage !== undefined && this.stageKey === key) {
       // The same layers as before: the running stage serves the new ring (only the caches went).
-      this.rangeBytes = (await this.nextPlan(a.epoch)).spans.reduce((n, s) => n + s.bytes, 0);
+      this.rangeBytes = planBytes(await this.plans.next(a.epoch));
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
@@ -235,7 +227,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.stageKey = '';
     await old?.dispose();
     this.loadFraction = 0;
-    const { file, source, transferredBytes } = await this.obtainWeights(a);
+    const plan = await this.plans.next(a.epoch);
+    this.rangeBytes = planBytes(plan);
+    const { file, source, transferredBytes } = await this.weights.obtain(a, plan);
     this.loadFraction = 0.9;
     const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
     const stage = await Stage.open(file, shape, { start: a.start, end: a.end, head: false }, {
@@ -277,103 +271,6 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     void this.memoryWatch.check();
   }
 
-  private async obtainWeights(a: Assign): Promise<{ file: GgufFile; source: WeightsSource; transferredBytes: number }> {
-    const plan = await this.nextPlan(a.epoch);
-    this.rangeBytes = plan.spans.reduce((n, s) => n + s.bytes, 0);
-    if (this.opts.modelPath !== undefined) {
-      const file = await openGguf(this.opts.modelPath);
-      if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };
-    }
-    const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
-    // Layers received for an earlier range (this session or an earlier run of the same model) stay:
-    // only the spans not already verified on disk are asked for, and only those count as moved.
-    await partial.adopt(plan.spans);
-    let missing = partial.missing(plan.spans);
-    if (missing.length === 0) return { file: await openGguf(partial.path), source: 'cache', transferredBytes: 0 };
-    if (a.model.url !== undefined) {
-      const totalBytes = missing.reduce((n, s) => n + s.bytes, 0);
-      let receivedBytes = 0;
-      let lastReportedBytes = 0;
-      try {
-        await fetchSpans(a.model.url, missing, partial, (n) => {
-          receivedBytes += n;
-          if (receivedBytes - lastReportedBytes < PROGRESS_EVERY_BYTES && receivedBytes < totalBytes) return;
-          lastReportedBytes = receivedBytes;
-          this.loadFraction = totalBytes > 0 ? 0.9 * Math.min(1, receivedBytes / totalBytes) : 0.9;
-          this.send({ kind: 'weights-progress', receivedBytes, totalBytes });
-          this.emitProgress(receivedBytes, totalBytes);
-        });
-      } catch (err) {
-        if (!isKiwiError(err)) throw err;
-        // The host has the file too: what the URL did not give, it streams.
-        this.emit('warning', new KiwiError(err.code, `${err.message} Receiving the rest from the host instead.`));
-      }
-      missing = partial.missing(plan.spans);
-      if (missing.length === 0) {
-        const file = await openGguf(partial.path);
-        if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The model header fetched from ${a.model.url} does not match the host's model.`);
-        return { file, source: 'url', transferredBytes: receivedBytes };
-      }
-    }
-    const totalBytes = missing.reduce((n, s) => n + s.bytes, 0);
-    await new Promise<void>((resolve, reject) => {
-      this.transfer = { plan: plan.spans, partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, done: resolve, failed: reject };
-      this.send({ kind: 'weights-request', spans: missing.map((s) => ({ offset: s.offset, bytes: s.bytes })) });
-    });
-    this.transfer = undefined;
-    const file = await openGguf(partial.path);
-    if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', 'The received model header does not match the host\'s model.');
-    return { file, source: 'host', transferredBytes: totalBytes };
-  }
-
-  /** The weights plan of assignment `epoch` (plans of other epochs are dropped). */
-  private nextPlan(epoch: number): Promise<WeightsPlan> {
-    const ready = this.pendingPlan;
-    this.pendingPlan = undefined;
-    if (ready?.epoch === epoch) return Promise.resolve(ready);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.')), 60_000);
-      this.planWaiter = (plan) => {
-        if (plan.epoch !== epoch) return;
-        clearTimeout(timer);
-        this.planWaiter = undefined;
-        resolve(plan);
-      };
-    });
-  }
-
-  private chunkQueue: Promise<void> = Promise.resolve();
-
-  private onChunk(offset: number, data: Uint8Array): void {
-    const t = this.transfer;
-    // Chunks of a transfer that a re-plan ended may still be on their way.
-    if (t === undefined) return;
-    this.chunkQueue = this.chunkQueue.then(async () => {
-      if (this.transfer !== t) return;
-      try {
-        await t.partial.write(offset, data, t.missing);
-        t.receivedBytes += data.length;
-        const span = t.missing[0];
-        if (span !== undefined && offset + data.length === span.offset + span.bytes) {
-          await t.partial.verify(span);
-          t.missing.shift();
-        }
-        if (t.receivedBytes - t.lastReportedBytes >= PROGRESS_EVERY_BYTES || t.missing.length === 0) {
-          t.lastReportedBytes = t.receivedBytes;
-          // The transfer is most of the loading; opening the stage is the rest.
-          this.loadFraction = t.totalBytes > 0 ? 0.9 * Math.min(1, t.receivedBytes / t.totalBytes) : 0.9;
-          this.send({ kind: 'weights-progress', receivedBytes: t.receivedBytes, totalBytes: t.totalBytes });
-          this.emitProgress(t.receivedBytes, t.totalBytes);
-        }
-        if (t.missing.length === 0) t.done();
-      } catch (err) {
-        this.transfer = undefined;
-        // A disk error (full, read-only) ends the transfer and is reported to the host, not a crash.
-        t.failed(isKiwiError(err) ? err : new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not store the received weights: ${(err as Error).message}`));
-      }
-    });
-  }
-
   /** The weights-progress event at human rates (the host still gets every per-MiB message: its flow control). */
   private emitProgress(receivedBytes: number, totalBytes: number): void {
     const p = this.weightsRate.update(receivedBytes, totalBytes);
@@ -401,24 +298,22 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     const stage = this.stage;
     // Nothing of the current epoch arrives before the stage is ready: this is an older ring's traffic.
     if (a === undefined || stage === undefined || a.prev !== peer || link.closed) return;
-    let input: Awaited<ReturnType<RingMember['checkInput']>> | undefined;
+    let input: StepInput | undefined;
     try {
-      input = await this.checkInput(a, stage, msg);
+      input = await checkStepInput(a, stage, this.caches, msg, this.opts.maxFrameBytes);
     } catch (err) {
       if (err instanceof StepError && err.kind === 'recoverable') {
         // Caches out of step with the host's view (nobody's offence): the step's requests are recomputed.
         this.emit('error', err);
-        await this.forward(a, encodeRingEvent({ type: 'step-failed', epoch: a.epoch, step: err.step, code: err.code, message: err.message.slice(0, 1000) }));
+        await this.forward(a, stepFailed(a.epoch, err.step, err));
         return;
       }
       // The previous stage sent what no honest Kiwi sends: its link ends, the host hears who it was.
-      const cause = isKiwiError(err) ? err : new KiwiError('RING_PROTOCOL', `A ring message could not be read: ${String(err instanceof Error ? err.message : err).slice(0, 300)}`);
-      const fault = new KiwiError('RING_PEER_MALFORMED', `Peer ${peer} sent malformed ring data (${cause.code}): ${cause.message}`, { peer, cause: cause.code });
+      const { cause, fault } = malformedFault(peer, err);
       link.fail(cause);
       this.emit('warning', fault);
       this.report(a, peer, 'malformed', fault);
-      const step = err instanceof StepError ? err.step : 0;
-      await this.forward(a, encodeRingEvent({ type: 'step-failed', epoch: a.epoch, step, code: fault.code, message: fault.message.slice(0, 1000) })).catch(() => undefined);
+      await this.forward(a, stepFailed(a.epoch, err instanceof StepError ? err.step : 0, fault)).catch(() => undefined);
       return;
     }
     if (input === undefined) return;
@@ -447,8 +342,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     } catch (err) {
       // This stage could not run the step: its requests fail at the host (or are recomputed), the member goes on.
       const e = isKiwiError(err) ? err : new KiwiError('RING_STAGE_FAILED', `Layers ${a.start}-${a.end} could not run step ${meta.step}: ${String(err instanceof Error ? err.message : err).slice(0, 300)}`);
-      const failed: RingEvent = { type: 'step-failed', epoch: a.epoch, step: meta.step, code: e.code, message: e.message.slice(0, 1000) };
-      await this.forward(a, encodeRingEvent(failed));
+      await this.forward(a, stepFailed(a.epoch, meta.step, e));
       if (e.code !== 'RING_PEER_NUMERIC') this.emit('error', e);
     }
   }
@@ -470,49 +364,6 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   }
 
   /**
-   * Decodes and checks one message from the previous stage against this assignment: what the link
-   * agreed to carry, sizes the shape allows, rows that fit their caches. Throws what is malformed
-   * (a StepError once the step id is known); undefined: another epoch's traffic, dropped.
-   */
-  private async checkInput(a: Assign, stage: Stage, msg: Uint8Array): Promise<
-    | { kind: 'event'; event: RingEvent }
-    | { kind: 'step'; frame: Awaited<ReturnType<typeof decodeStepFrame>>; meta: ReturnType<typeof parseStepMetadata>; caches: KvCache[]; batch: number; seq: number }
-    | undefined
-  > {
-    const kind = msg[0];
-    if (kind === RingKind.EVENT) {
-      const event = decodeRingEvent(msg.subarray(1));
-      if (event.type === 'free') for (const id of event.ids) this.caches.delete(id);
-      if (event.type === 'step-failed' && event.epoch !== a.epoch) return undefined;
-      return { kind: 'event', event };
-    }
-    if (kind !== RingKind.STEP) throw new KiwiError('RING_PROTOCOL', `Unknown ring message kind ${String(kind)}.`);
-    const maxBytes = this.opts.maxFrameBytes ?? maxStepFrameBytes({ hidden: stage.shape.hidden, maxRows: 64, maxSeq: a.maxPositions }, a.receive.tensor);
-    const frame = await decodeStepFrame(msg.subarray(1), { maxBytes, hidden: stage.shape.hidden, expect: a.receive });
-    const t = frame.tensor;
-    const batch = t.dims[0];
-    const seq = t.dims[1];
-    const meta = parseStepMetadata(frame.metadata, batch);
-    if (meta.epoch !== a.epoch) return undefined;
-    const bad = (why: string): StepError => new StepError(meta.step, why);
-    if (batch > 1 && seq !== 1) throw bad('A batched step must add one token per request.');
-    if (new Set(meta.rows.map((r) => r.id)).size !== batch) throw bad('A step names one request twice.');
-    const caches = meta.rows.map((r) => {
-      if (r.cap > a.maxPositions || r.pos + seq > r.cap) throw bad(`Request ${r.id} would hold ${r.pos + seq} positions in a cache of ${r.cap} (context ${a.maxPositions}).`);
-      let c = this.caches.get(r.id);
-      if (c === undefined && r.pos === 0) {
-        c = stage.emptyCache(r.cap);
-        this.caches.set(r.id, c);
-      }
-      if (c === undefined || c.length !== r.pos || c.capacity !== r.cap) {
-        throw new StepError(meta.step, `Request ${r.id} is at position ${r.pos} but this stage holds ${c?.length ?? 'no'} positions for it.`, 'recoverable');
-      }
-      return c;
-    });
-    return { kind: 'step', frame, meta, caches, batch, seq };
-  }
-
-  /**
    * Sends to the next stage of assignment `a`, waiting briefly for its link when it is being
    * (re)established; dropped when a re-plan replaced `a` meanwhile.
    */
@@ -529,16 +380,5 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       if (Date.now() > deadline) throw new KiwiError('RING_BROKEN', `The ring link to peer ${peer} is down; the host will re-plan the ring.`);
       await new Promise((r) => setTimeout(r, 50));
     }
-  }
-}
-
-/** A malformed step whose id is known (so its requests can be failed), or a cache out of step (recomputed, nobody's offence). */
-class StepError extends KiwiError {
-  constructor(
-    readonly step: number,
-    message: string,
-    readonly kind: 'malformed' | 'recoverable' = 'malformed',
-  ) {
-    super('RING_PROTOCOL', message);
   }
 }

@@ -71,6 +71,8 @@ export const WeightsPlan = z.strictObject({
   /** The assignment (by epoch) these spans belong to. */
   epoch,
   spans: z.array(z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative(), sha256: hex64 })).max(8192),
+  /** The host's own HTTP range server (weights-http.ts): addresses to try in order and its bearer token; absent with --weights-http off or relay only. */
+  http: z.strictObject({ urls: z.array(z.string().max(2048).regex(/^http:\/\//)).min(1).max(8), token: z.string().min(16).max(200) }).optional(),
 });
 export type WeightsPlan = z.infer<typeof WeightsPlan>;
 
@@ -100,8 +102,8 @@ export const MemberToHostBody = z.discriminatedUnion('kind', [
   z.strictObject({
     kind: z.literal('ready'),
     epoch,
-    /** Where its weights came from: its own file, earlier transfers (cache), the model's URL, the host now, or its running stage (same range as before). */
-    source: z.enum(['local', 'cache', 'url', 'host', 'kept']),
+    /** Where its weights came from: its own file, earlier transfers (cache), the model's URL, the host's HTTP range server, the host's encrypted stream, or its running stage (same range as before). */
+    source: z.enum(['local', 'cache', 'url', 'host-http', 'host', 'kept']),
     transferredBytes: z.number().int().nonnegative(),
     loadMs: z.number().nonnegative(),
   }),

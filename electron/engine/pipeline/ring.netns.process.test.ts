@@ -50,7 +50,7 @@ describe(`the ring across ${useNetns ? 'network namespaces' : `loopback (no netw
     const listen = (side: 'h' | 'a' | 'b'): string => star?.addr[side] ?? '127.0.0.1';
     const rv = kiwiIn('h', 'rendezvous', '--host', listen('h'), '--port', '0', '--json');
     const rvUrl = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous')).url as string;
-    const host = kiwiIn('h', 'host', '--model', model, '--port', '0', '--rendezvous', rvUrl, '--auto-approve', '--expect', '2', '--listen', listen('h'), '--json');
+    const host = kiwiIn('h', 'host', '--model', model, '--port', '0', '--rendezvous', rvUrl, '--auto-approve', '--expect', '2', '--listen', listen('h'), '--weights-http', 'off', '--json');
     const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code')).code as string;
     const members = (['a', 'b'] as const).map((side) => kiwiIn(side, 'join', code, '--rendezvous', rvUrl, '--name', `m${side}`, '--listen', listen(side), '--json'));
     const url = (await waitEvent(host, (e) => e.event === 'serving', 'the ring to serve', 60_000)).url as string;

@@ -55,7 +55,8 @@ const greedy = { temperature: 0 } as const;
 describe('the ring served as an OpenAI API (real processes on loopback)', () => {
   it('plans the ring over both members and gives exactly the tokens of one machine for stories260K', async () => {
     const model = await testModelPath('stories260K.gguf');
-    const ring = await startRing(model);
+    // --weights-http off: bob's layers come over the encrypted stream (ring.weights-http.process.test.ts covers the host's HTTP path).
+    const ring = await startRing(model, { host: ['--weights-http', 'off'] });
     const [ada, bob] = ring.members as [Proc, Proc];
 
     // The plan: the host holds the head and its first blocks, each member a contiguous range.

@@ -1,7 +1,8 @@
 // Recovery with real processes on loopback: a member killed with SIGKILL in the middle of a
 // streamed generation, and one that leaves gracefully. The host re-plans over the members left,
-// every live request replays its prompt and generated tokens on the new ring, and the client's
-// stream simply continues: its full text equals the text of a ring that never failed.
+// every live request rebuilds its caches on the new ring (its prompt as a prefill, then one decode
+// step per token it had generated), and the client's stream simply continues: its full text equals
+// the text of a ring that never failed.
 // (The randomized fault suite is ring.faults.process.test.ts and bench/faults.ts.)
 import OpenAI from 'openai';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';

@@ -45,11 +45,11 @@ afterAll(async () => {
 const kiwi = (...args: string[]): Proc => procs.kiwi(...args);
 
 /** A host serving the model from `url`, `ada` with her own copy and `bob` with none; each test gets a fresh cache. */
-async function startRing(url: string, cache: string, onModel: () => void = () => {}): Promise<{ api: string; host: Proc; bob: Proc }> {
+async function startRing(url: string, cache: string, onModel: () => void = () => {}, hostArgs: string[] = []): Promise<{ api: string; host: Proc; bob: Proc }> {
   process.env.KIWI_CACHE_DIR = join(dir, cache);
   const rv = kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json');
   const rendezvous = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous')).url as string;
-  const host = kiwi('host', '--model-url', url, '--port', '0', '--rendezvous', rendezvous, '--auto-approve', '--expect', '2', '--json');
+  const host = kiwi('host', '--model-url', url, '--port', '0', '--rendezvous', rendezvous, '--auto-approve', '--expect', '2', '--json', ...hostArgs);
   expect(await waitEvent(host, (e) => e.event === 'model', 'the downloaded model')).toMatchObject({ url, downloaded: true });
   onModel();
   const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code')).code as string;
@@ -84,7 +84,8 @@ describe('a member\'s weights from the model\'s URL (real processes on loopback)
   it('receives its weights from the host when the URL fails', async () => {
     server = await startRangeServer({ body: await readFile(model) });
     const failing = server;
-    const { api, bob } = await startRing(`${server.url}/stories260K.gguf`, 'b', () => (failing.options.status = 500));
+    // --weights-http off: after the URL, the encrypted stream (not the host's range server) gets the rest.
+    const { api, bob } = await startRing(`${server.url}/stories260K.gguf`, 'b', () => (failing.options.status = 500), ['--weights-http', 'off']);
     expect(await waitEvent(bob, (e) => e.event === 'warning', 'bob\'s warning')).toMatchObject({ code: 'WEIGHTS_TRANSFER_FAILED' });
     const ready = await waitEvent(bob, (e) => e.event === 'ready', 'bob ready');
     expect(ready.source).toBe('host');

@@ -4,6 +4,7 @@
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
 import type { DeviceSpec, Fleet, LayerRange, ModelSizes, PairRtt } from '../planner/fleet.js';
+import { natFromCapabilities } from '../planner/nat-capabilities.js';
 import { planFleet } from '../planner/plan.js';
 import { toPlanJson, type PlanJson } from '../planner/plan-json.js';
 
@@ -16,6 +17,8 @@ export interface SessionDevice {
   memoryBytes?: number;
   /** Blocks it holds now (its stage in the ring being served): a re-plan keeps them where it can. */
   holds?: readonly LayerRange[];
+  /** Its advertised direct addresses (none: relay only); the planner predicts its links from them and its NAT. */
+  addresses?: readonly string[];
 }
 
 const fleetDevice = z.object({
@@ -68,6 +71,7 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
     return {
       name: names[i]!,
       ...spec,
+      ...natFromCapabilities(d.capabilities, d.addresses),
       ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
     };

@@ -77,6 +77,12 @@ describe('fleet file', () => {
     expect(err.message).toMatch(/README/);
   });
 
+  it('reads measured NAT mapping and filtering, and refuses values it does not know', () => {
+    const devices = [{ ...example.devices[0], nat_mapping: 'address-dependent', nat_filtering: 'port-dependent' }, example.devices[1]];
+    expect(parseFleetFile({ ...example, devices }).devices[0]).toMatchObject({ natMapping: 'address-dependent', natFiltering: 'port-dependent' });
+    expect(fleetError({ ...example, devices: [{ ...example.devices[0], nat_mapping: 'symmetric' }] }).message).toMatch(/devices\[0\]\.nat_mapping/);
+  });
+
   it('rejects two devices with the same name', () => {
     expect(fleetError({ ...example, devices: [example.devices[1], example.devices[1]] }).message).toMatch(/two devices are named 'bob-m2'/);
   });

@@ -2,6 +2,7 @@
 // and validated here (zod) at the boundary; everything past parseFleetFile trusts these types.
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
+import type { NatFiltering, NatMapping } from './nat-reach.js';
 
 /** Hard limits that keep a hostile or mistaken file from making the planner do unbounded work. */
 export const FLEET_LIMITS = Object.freeze({
@@ -62,6 +63,16 @@ export interface DeviceSpec {
   /** Arithmetic throughput, used only when neither bandwidth nor block time is known. */
   tflops?: number;
   nat?: NatClass;
+  /** Measured UDP mapping of its NAT (nat-reach.ts); with it, `nat` is only a summary. */
+  natMapping?: NatMapping;
+  /** Its NAT's filtering as hole punching revealed it (nat-filtering.ts). */
+  natFiltering?: NatFiltering;
+  /** false: measured with no NAT in front (the rendezvous saw its own address), so it can be dialed; absent: judged by `nat`/`natMapping`. */
+  behindNat?: boolean;
+  /** false: it takes no ICE (UDP) links (`--no-ice`); absent: it does. */
+  takesIce?: boolean;
+  /** false: it takes no direct links at all, only the relay; absent: it does. */
+  takesDirect?: boolean;
   rendezvousRttMs?: number;
   /**
    * Blocks whose weights the device holds now (its current stage, layers kept from earlier
@@ -117,6 +128,8 @@ const deviceSchema = z.strictObject({
   block_ms: positive.nullable().optional(),
   tflops: positive.nullable().optional(),
   nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
+  nat_mapping: z.enum(['endpoint-independent', 'address-dependent']).nullable().optional(),
+  nat_filtering: z.enum(['lenient', 'port-dependent']).nullable().optional(),
   rendezvous_rtt_ms: z.number().finite().nonnegative().nullable().optional(),
   holds: z
     .array(z.tuple([z.number().int().min(0).max(FLEET_LIMITS.maxLayers), z.number().int().min(1).max(FLEET_LIMITS.maxLayers)]).refine(([a, b]) => a < b, 'a held range [start, end) needs start < end'))
@@ -171,6 +184,8 @@ export function parseFleetFile(value: unknown): FleetFile {
     if (d.block_ms != null) out.blockMs = d.block_ms;
     if (d.tflops != null) out.tflops = d.tflops;
     if (d.nat != null) out.nat = d.nat;
+    if (d.nat_mapping != null) out.natMapping = d.nat_mapping;
+    if (d.nat_filtering != null) out.natFiltering = d.nat_filtering;
     if (d.rendezvous_rtt_ms != null) out.rendezvousRttMs = d.rendezvous_rtt_ms;
     if (d.holds !== undefined) out.holds = d.holds.map(([start, end]) => ({ start, end }));
     return out;

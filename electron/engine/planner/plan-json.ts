@@ -3,6 +3,7 @@
 import type { Tier } from './cost-model.js';
 import type { Fleet } from './fleet.js';
 import type { Division, PlanResult } from './plan.js';
+import { predictReach, type Reach } from './nat-reach.js';
 import type { EdgeKind } from './ring-order.js';
 
 export interface StageJson {
@@ -28,6 +29,8 @@ export interface EdgeJson {
   to: string;
   kind: EdgeKind;
   latency_ms: number | null;
+  /** What the members' NATs predict the edge becomes (nat-reach.ts), measured RTT or not. */
+  predicted: Reach;
 }
 
 export interface PlanJson {
@@ -65,7 +68,9 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
     circuit_ms: ms(plan.circuit),
     utilization: round(plan.division.utilization, 4),
     fetch_bytes: plan.division.stages.reduce((n, s) => n + s.fetchBlocks * fleet.model.blockBytes, 0),
-    edges: plan.edges.map((e) => ({ from: name(e.from), to: name(e.to), kind: e.kind, latency_ms: e.latencyMs === null ? null : round(e.latencyMs, 3) })),
+    edges: plan.edges.map((e) => ({ from: name(e.from), to: name(e.to), kind: e.kind, latency_ms: e.latencyMs === null ? null : round(e.latencyMs, 3),
+      predicted: predictReach(fleet.devices[e.from]!, fleet.devices[e.to]!),
+    })),
     baselines: { uniform: division(plan.baselines.uniform), proportional: division(plan.baselines.proportional) },
   };
 }

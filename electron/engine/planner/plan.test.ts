@@ -60,8 +60,8 @@ describe('planner', () => {
     // Nothing held: every device fetches its whole range.
     expect(json.fetch_bytes).toBe(64 * 292000000);
     expect(json.edges).toEqual([
-      { from: 'alice-4090', to: 'bob-m2', kind: 'direct', latency_ms: 2.5 },
-      { from: 'bob-m2', to: 'alice-4090', kind: 'direct', latency_ms: 2.5 },
+      { from: 'alice-4090', to: 'bob-m2', kind: 'direct', latency_ms: 2.5, predicted: 'direct-udp' },
+      { from: 'bob-m2', to: 'alice-4090', kind: 'direct', latency_ms: 2.5, predicted: 'direct-udp' },
     ]);
     expect(json.circuit_ms).toBeCloseTo((json.stages[0]?.stage_ms ?? 0) + (json.stages[1]?.stage_ms ?? 0) + 5, 2);
     expect(Object.keys(json.baselines.uniform)).toEqual(['fits', 'bottleneck_ms', 'utilization', 'stages']);

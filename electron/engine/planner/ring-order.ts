@@ -1,6 +1,7 @@
 // Ring order from reachability (Kafila §IV-B, §V-B): which neighbours talk directly, which through
 // the rendezvous relay, and the order whose edges cost least. The anchor (device 0) stays first.
 import type { DeviceSpec, PairRtt } from './fleet.js';
+import { predictReach, punchClass } from './nat-reach.js';
 
 export type EdgeKind = 'direct' | 'relayed';
 
@@ -40,9 +41,10 @@ export function rttLookup(devices: readonly DeviceSpec[], rtts: readonly PairRtt
 
 /**
  * Prices the edge a → b. A measured pair RTT means the pair reached each other directly, so it is
- * direct at that cost. Otherwise the NAT classes predict it: two restrictive NATs cannot punch a
- * hole and relay (cost rA + rB); any other pair is predicted direct, priced at the lower bound
- * |rA − rB| from their rendezvous RTTs.
+ * direct at that cost. Otherwise the members' NATs predict it (nat-reach.ts): a predicted relay
+ * costs every token both members' round trips to the rendezvous, rA + rB; a predicted direct edge
+ * (UDP or TCP) is priced at the lower bound |rA − rB| from their rendezvous RTTs. With the fleet
+ * file's classes alone, exactly two restrictive NATs relay.
  */
 export function ringEdge(devices: readonly DeviceSpec[], rtt: RttLookup, a: number, b: number): RingEdge {
   const measured = rtt(a, b);
@@ -52,7 +54,7 @@ export function ringEdge(devices: readonly DeviceSpec[], rtt: RttLookup, a: numb
   const ra = da.rendezvousRttMs;
   const rb = db.rendezvousRttMs;
   const bothKnown = ra !== undefined && rb !== undefined;
-  if (da.nat === 'restrictive' && db.nat === 'restrictive') {
+  if (predictReach(da, db) === 'relayed') {
     return { from: a, to: b, kind: 'relayed', latencyMs: bothKnown ? ra + rb : null };
   }
   return { from: a, to: b, kind: 'direct', latencyMs: bothKnown ? Math.abs(ra - rb) : null };
@@ -142,7 +144,8 @@ function heuristicOrder(devices: readonly DeviceSpec[], rtt: RttLookup): number[
     (devices[a]?.rendezvousRttMs ?? 0) - (devices[b]?.rendezvousRttMs ?? 0) || a - b;
   const restrictive: number[] = [];
   const permissive: number[] = [];
-  devices.forEach((d, i) => (d.nat === 'restrictive' ? restrictive : permissive).push(i));
+  // Only an easy NAT punches with every other kind (nat-reach.ts); the rest are restrictive here.
+  devices.forEach((d, i) => (punchClass(d) === 'easy' ? permissive : restrictive).push(i));
   restrictive.sort(byRtt);
   permissive.sort(byRtt);
   // Each restrictive member followed by a permissive one while they last: around the cycle this

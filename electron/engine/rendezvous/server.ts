@@ -2,6 +2,7 @@
 // adapter around RendezvousCore. Listens on loopback unless told otherwise. Socket-level bounds
 // live here (the core bounds messages): connections at most in all and per address, a connection
 // that says nothing after connecting is closed, and an optional idle timeout.
+import { KiwiError } from '../errors.js';
 import { startWsServer, type WsConnection } from '../transport/ws.js';
 import { RendezvousCore, type RendezvousCoreOptions } from './rendezvous-core.js';
 import { startStunServer, type StunServer } from './stun-server.js';
@@ -24,6 +25,10 @@ export interface RendezvousOptions extends RendezvousCoreOptions {
   idleTimeoutMs?: number;
   /** A STUN service (stun-server.ts) on UDP at the WebSocket's port number; default on. */
   stun?: boolean;
+  /** Two of the addresses it listens on (host 0.0.0.0): the STUN service names each as the other's OTHER-ADDRESS (RFC 5780). */
+  stunAddressPair?: readonly [string, string];
+  /** The second STUN port (0 or unset: any free one); a public server names it to open it in its firewall. */
+  stunSecondPort?: number;
 }
 
 export interface Rendezvous {
@@ -94,11 +99,22 @@ export async function startRendezvous(opts: RendezvousOptions = {}): Promise<Ren
   let stun: StunServer | undefined;
   let stunOther: StunServer | undefined;
   if (opts.stun !== false) {
+    const pair = opts.stunAddressPair !== undefined ? { addressPair: opts.stunAddressPair } : {};
     // Beside the WebSocket on the same port number; a UDP port someone else holds only costs
     // members their server-reflexive candidates from here, not the rendezvous. A second one on
     // another port lets members tell how their NAT maps (each names the other as OTHER-ADDRESS).
-    stun = await startStunServer({ host: opts.host ?? '127.0.0.1', port: server.port, otherPort: () => stunOther?.port }).catch(() => undefined);
-    if (stun !== undefined) stunOther = await startStunServer({ host: opts.host ?? '127.0.0.1', port: 0, otherPort: () => stun?.port }).catch(() => undefined);
+    stun = await startStunServer({ host: opts.host ?? '127.0.0.1', port: server.port, otherPort: () => stunOther?.port, ...pair }).catch(() => undefined);
+    const secondPort = opts.stunSecondPort ?? 0;
+    if (stun !== undefined) {
+      const second = await startStunServer({ host: opts.host ?? '127.0.0.1', port: secondPort, otherPort: () => stun?.port, ...pair }).catch((err: unknown) => (err instanceof Error ? err : new Error(String(err))));
+      if (!(second instanceof Error)) stunOther = second;
+      else if (secondPort !== 0) {
+        // A port the owner chose and cannot have is an error to fix, not a quiet loss of NAT tests.
+        await stun.close();
+        await server.close();
+        throw new KiwiError('USAGE', `The second STUN port ${secondPort} (UDP) is taken or not allowed (${second.message}); choose another with --stun-second-port.`);
+      }
+    }
   }
   return {
     url: server.url,

@@ -5,6 +5,7 @@
 // depends on the destination (a symmetric NAT; punching fails against another such NAT,
 // 'restrictive'). Filtering is not tested here: ICE outcomes show it.
 import { createSocket } from 'node:dgram';
+import { networkInterfaces } from 'node:os';
 import { stunBindingWithOther } from './stun-client.js';
 import type { MappedAddress } from './stun-message.js';
 
@@ -14,6 +15,10 @@ export interface NatMapping {
   natClass: 'permissive' | 'restrictive' | undefined;
   /** The public address and port the rendezvous saw. */
   mapped: MappedAddress;
+  /** The rendezvous saw one of this machine's own addresses: no NAT between them (others can dial it). */
+  local: boolean;
+  /** The quicker Binding round trip, ms: the member's distance to the rendezvous (the planner prices relays by it). */
+  rttMs: number;
 }
 
 export async function probeNatMapping(server: { host: string; port: number }, opts: { timeoutMs?: number } = {}): Promise<NatMapping> {
@@ -21,13 +26,18 @@ export async function probeNatMapping(server: { host: string; port: number }, op
   await new Promise<void>((resolve) => socket.bind(0, () => resolve()));
   try {
     const timing = { timeoutMs: opts.timeoutMs ?? 300, retries: 2 };
+    let started = performance.now();
     const first = await stunBindingWithOther(server, { socket, ...timing });
-    if (first.other === undefined) return { mapping: 'unknown', natClass: undefined, mapped: first.mapped };
+    let rttMs = performance.now() - started;
+    const local = Object.values(networkInterfaces()).some((list) => list?.some((i) => i.address === first.mapped.address) === true);
+    if (first.other === undefined) return { mapping: 'unknown', natClass: undefined, mapped: first.mapped, local, rttMs };
+    started = performance.now();
     const second = await stunBindingWithOther({ host: server.host, port: first.other.port }, { socket, ...timing });
+    rttMs = Math.min(rttMs, performance.now() - started);
     const same = second.mapped.address === first.mapped.address && second.mapped.port === first.mapped.port;
     return same
-      ? { mapping: 'endpoint-independent', natClass: 'permissive', mapped: first.mapped }
-      : { mapping: 'address-dependent', natClass: 'restrictive', mapped: first.mapped };
+      ? { mapping: 'endpoint-independent', natClass: 'permissive', mapped: first.mapped, local, rttMs }
+      : { mapping: 'address-dependent', natClass: 'restrictive', mapped: first.mapped, local, rttMs };
   } finally {
     socket.close();
   }

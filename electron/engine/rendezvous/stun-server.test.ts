@@ -4,10 +4,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { isKiwiError } from '../errors.js';
 import { IcePeer } from '../transport/ice-link.js';
 import { startRendezvous } from './server.js';
-import { stunBinding } from './stun-client.js';
+import { stunBinding, stunBindingWithOther } from './stun-client.js';
 import { BINDING, encodeStun, parseStun, plainAddress, readPlainAddress, readXorMappedAddress, StunAttr, StunClass, unknownRequired, xorMappedAddress } from './stun-message.js';
 import { probeNatMapping } from './stun-nat.js';
-import { answerStun, startStunServer, type StunServer } from './stun-server.js';
+import { answerStun, otherAddressFor, startStunServer, type StunServer } from './stun-server.js';
 
 const hex = (s: string): Uint8Array => Uint8Array.from(Buffer.from(s.replace(/\s+/g, ''), 'hex'));
 
@@ -170,6 +170,37 @@ describe('the STUN service', () => {
     // A STUN server that names no other port: the mapping cannot be told.
     server = await startStunServer({ host: '127.0.0.1', port: 0 });
     expect((await probeNatMapping({ host: '127.0.0.1', port: server.port })).mapping).toBe('unknown');
+  });
+
+  it('names the second public address of a configured pair as OTHER-ADDRESS (RFC 5780), and refuses one it does not serve', async () => {
+    const pair = ['198.51.100.7', '198.51.100.8'] as const;
+    expect([otherAddressFor('198.51.100.7', pair), otherAddressFor('198.51.100.8', pair), otherAddressFor('10.0.0.1', pair), otherAddressFor('10.0.0.1', undefined)])
+      .toEqual(['198.51.100.8', '198.51.100.7', '10.0.0.1', '10.0.0.1']);
+    const err = await startStunServer({ host: '0.0.0.0', port: 0, addressPair: ['127.0.0.1', '198.51.100.8'] }).catch((e: unknown) => e);
+    expect(isKiwiError(err, 'LISTEN_FAILED')).toBe(true);
+    // A wildcard service with a pair still answers on each address, naming the other port.
+    server = await startStunServer({ host: '0.0.0.0', port: 0, addressPair: ['127.0.0.1', '127.0.0.1'], otherPort: () => 4242 });
+    expect((await stunBindingWithOther({ host: '127.0.0.1', port: server.port })).other).toMatchObject({ address: '127.0.0.1', port: 4242 });
+  });
+
+  it('runs its second STUN service on the port its owner names, and refuses one that is taken', async () => {
+    const taken = createSocket('udp4');
+    await new Promise<void>((r) => taken.bind(0, '127.0.0.1', r));
+    const takenPort = taken.address().port;
+    try {
+      const err = await startRendezvous({ host: '127.0.0.1', port: 0, stunSecondPort: takenPort }).catch((e: unknown) => e);
+      expect(isKiwiError(err, 'USAGE')).toBe(true);
+      expect((err as Error).message).toContain(`--stun-second-port`);
+    } finally {
+      taken.close();
+    }
+    // The port just freed: the rendezvous names it as its OTHER-ADDRESS.
+    const rv = await startRendezvous({ host: '127.0.0.1', port: 0, stunSecondPort: takenPort });
+    try {
+      expect((await stunBindingWithOther({ host: '127.0.0.1', port: rv.port })).other).toMatchObject({ address: '127.0.0.1', port: takenPort });
+    } finally {
+      await rv.close();
+    }
   });
 
   it('fails with CONNECT_FAILED when nothing answers', async () => {

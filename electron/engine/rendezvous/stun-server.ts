@@ -70,8 +70,30 @@ function bindOne(address: string, port: number): Promise<Socket> {
   });
 }
 
-export async function startStunServer(opts: { host: string; port: number; otherPort?: () => number | undefined }): Promise<StunServer> {
+export interface StunServerOptions {
+  host: string;
+  port: number;
+  /** The service's other port (OTHER-ADDRESS names it); undefined: none. */
+  otherPort?: () => number | undefined;
+  /**
+   * The rendezvous's two public addresses, for RFC 5780's full mapping test: a request to one of
+   * them is told the other one (with the other port) as OTHER-ADDRESS; both must be among the
+   * addresses served (`host` 0.0.0.0 or ::). Default: OTHER-ADDRESS names the address asked.
+   */
+  addressPair?: readonly [string, string];
+}
+
+/** What OTHER-ADDRESS names to a request that came to `local`. */
+export function otherAddressFor(local: string, pair: readonly [string, string] | undefined): string {
+  if (pair === undefined) return local;
+  return local === pair[0] ? pair[1] : local === pair[1] ? pair[0] : local;
+}
+
+export async function startStunServer(opts: StunServerOptions): Promise<StunServer> {
   const addresses = bindAddresses(opts.host);
+  for (const a of opts.addressPair ?? []) {
+    if (!addresses.includes(a)) throw new KiwiError('LISTEN_FAILED', `The STUN service's second address ${a} is not one of this machine's addresses it listens on (${addresses.join(', ')}).`);
+  }
   const sockets: Socket[] = [];
   try {
     const first = await bindOne(addresses[0] ?? opts.host, opts.port);
@@ -88,7 +110,8 @@ export async function startStunServer(opts: { host: string; port: number; otherP
     socket.on('error', () => undefined);
     socket.on('message', (datagram, rinfo) => {
       const otherPort = opts.otherPort?.();
-      const reply = answerStun(datagram, rinfo.address, rinfo.port, otherPort !== undefined ? { address: socket.address().address, port: otherPort } : undefined);
+      const other = otherPort !== undefined ? { address: otherAddressFor(socket.address().address, opts.addressPair), port: otherPort } : undefined;
+      const reply = answerStun(datagram, rinfo.address, rinfo.port, other);
       if (reply === undefined) return;
       answered++;
       socket.send(reply, rinfo.port, rinfo.address);

@@ -15,8 +15,9 @@ import type { ModelConfig } from '../model/model-config.js';
 import { SYNTH_QUANTS, synthesizeModel } from '../model/synth/synth.js';
 import type { ModelShape as SynthShape } from '../model/synth/shapes.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
-import type { ExecutionProvider } from './ort-session.js';
+import type { ExecutionProvider } from '../ort/session.js';
 import { Stage } from './stage.js';
+import { median } from '../median.js';
 
 export interface BlockProbeOptions {
   provider?: ExecutionProvider;
@@ -160,10 +161,4 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
-}
-
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }

@@ -5,7 +5,7 @@
 import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 import { f16BitsToF32, f32ToF16Bits } from '../model/gguf/quant/half.js';
-import { GraphBuilder, MS_DOMAIN, encodeModel, type AttrValue } from './onnx/onnx-graph.js';
+import { GraphBuilder, MS_DOMAIN, encodeModel, type AttrValue } from '../ort/onnx-graph.js';
 
 type Precision = 'float32' | 'float16';
 interface OpCase {

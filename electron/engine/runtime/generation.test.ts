@@ -8,7 +8,7 @@ import { testModelPath } from '../model/test-models.js';
 import { isKiwiError } from '../errors.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import { BatchGenerator, generate } from './generation.js';
-import type { GenerateParams } from './generation.js';
+import type { GenerateParams } from './generation-loop.js';
 import { KvBlockPool } from './kv-pool.js';
 import { DEFAULT_SAMPLING, Sampler } from './sampling.js';
 import { buildStageChain } from './stage-chain.js';
@@ -172,6 +172,19 @@ describe('stop conditions', () => {
   test('refuses a prompt longer than the context with CONTEXT_EXCEEDED', async () => {
     const err = await generate(chain, params('Once upon a time '.repeat(40))).catch((e: unknown) => e);
     expect(isKiwiError(err, 'CONTEXT_EXCEEDED')).toBe(true);
+  });
+
+  test('refuses an empty prompt with USAGE', async () => {
+    const err = await generate(chain, params('', { promptIds: [] })).catch((e: unknown) => e);
+    expect(isKiwiError(err, 'USAGE')).toBe(true);
+  });
+
+  test('the loop behind generate() asserts what the entry checked: a prompt past the context is a programming error', async () => {
+    const gen = new BatchGenerator(chain, new KvBlockPool(64, 16, 1));
+    const err = await gen.generate(params('Once upon a time '.repeat(40))).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(isKiwiError(err)).toBe(false);
+    expect(String(err)).toMatch(/prompt of 1 to 127 tokens/);
   });
 
   test('a stage refuses to grow a request past its KV cache capacity', async () => {

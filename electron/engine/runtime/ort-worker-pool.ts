@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ortPackageDir } from '../ort/providers.js';
 import { newGate, watchGate } from './ort-worker-gate.js';
 import type { ToWorker } from './ort-worker-protocol.js';
 
@@ -116,7 +117,8 @@ function bundleDevWorker(here: string): URL {
     write: false,
   });
   const text = built.outputFiles[0]!.text;
-  const dir = join(dirname(dirname(require.resolve('onnxruntime-node/package.json'))), '.cache', 'kiwi');
+  // Beside onnxruntime-node's package, so the bundle's bare imports of it and the others resolve.
+  const dir = join(dirname(ortPackageDir()), '.cache', 'kiwi');
   const file = join(dir, `ort-worker-${createHash('sha256').update(text).digest('hex').slice(0, 16)}.mjs`);
   if (!existsSync(file)) {
     mkdirSync(dir, { recursive: true });

@@ -2,8 +2,8 @@
 // calling thread (ort-worker-session.ts). Plain data only, so they cross postMessage; big buffers
 // (K/V caches, hidden states, logits) travel in transfer lists, moved rather than copied.
 import { KiwiError, type KiwiErrorCode } from '../errors.js';
-import { tensorData, tensorOf } from './ort-session.js';
-import type { ExecutionProvider, OrtTensor, SessionFactoryOptions, TensorData } from './ort-session.js';
+import { tensorData, tensorOf } from '../ort/session.js';
+import type { ExecutionProvider, OrtTensor, SessionFactoryOptions, TensorData } from '../ort/session.js';
 
 export interface WireTensor {
   data: TensorData;

@@ -2,10 +2,10 @@
 // moved buffers handed back (also after a failed run), a dead or disposed worker failing its runs
 // instead of hanging them, and a released thread serving the next session.
 import { describe, expect, test } from 'vitest';
-import { createStageSession, f32Tensor } from './ort-session.js';
-import type { OrtTensor, SessionFactoryOptions, StageSession } from './ort-session.js';
+import { createStageSession, f32Tensor } from '../ort/session.js';
+import type { OrtTensor, SessionFactoryOptions, StageSession } from '../ort/session.js';
 import { createWorkerStageSession } from './ort-worker-session.js';
-import { GraphBuilder, encodeModel, f32Bytes } from './onnx/onnx-graph.js';
+import { GraphBuilder, encodeModel, f32Bytes } from '../ort/onnx-graph.js';
 
 const W = Float32Array.of(1, 2, 3, 4);
 

@@ -5,7 +5,7 @@
 // them; an idle worker does not keep the process alive. Threads come from ort-worker-pool.ts.
 import type { Worker } from 'node:worker_threads';
 import { KiwiError } from '../errors.js';
-import type { OrtFeeds, OrtTensor, SessionFactoryOptions, StageSession } from './ort-session.js';
+import type { OrtFeeds, OrtTensor, SessionFactoryOptions, StageSession } from '../ort/session.js';
 import { closeWorker, parkWorker, takeWorker } from './ort-worker-pool.js';
 import { errorFromWire, fromWire, toWire, transferables } from './ort-worker-protocol.js';
 import type { FromWorker, ToWorker, WireFetch, WireTensor } from './ort-worker-protocol.js';

@@ -2,8 +2,8 @@
 // session at a time, so the native run blocks this thread instead of the process's event loop.
 // Messages are handled one at a time, in order, so a dispose waits for the runs sent before it.
 import { parentPort, workerData } from 'node:worker_threads';
-import { createStageSession } from './ort-session.js';
-import type { OrtTensor, StageSession } from './ort-session.js';
+import { createStageSession } from '../ort/session.js';
+import type { OrtTensor, StageSession } from '../ort/session.js';
 import { gated } from './ort-worker-gate.js';
 import type { Gate } from './ort-worker-gate.js';
 import { errorToWire, fromWire, toWire, transferables } from './ort-worker-protocol.js';

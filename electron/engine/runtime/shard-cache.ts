@@ -7,8 +7,8 @@ import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
 import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
-import { alignExternal, encodeModel } from './onnx/onnx-graph.js';
-import type { GraphBuilder, GraphBuilderOptions } from './onnx/onnx-graph.js';
+import { alignExternal, encodeModel } from '../ort/onnx-graph.js';
+import type { GraphBuilder, GraphBuilderOptions } from '../ort/onnx-graph.js';
 
 /** Bumped whenever the graph or weight layout changes, so old entries are not reused. */
 const FORMAT_VERSION = 4; // 3: the head has the hidden_norm output (embeddings); 4: Q4_K as MatMulNBits + block offsets

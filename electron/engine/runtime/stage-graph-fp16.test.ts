@@ -15,7 +15,7 @@ import { synthesizeModel } from '../model/synth/synth.js';
 import { testModelPath } from '../model/test-models.js';
 import { modelShapeFromGguf, type ModelShape } from './decoder-shape.js';
 import { EmbeddingTable } from './embedding.js';
-import { encodeModel } from './onnx/onnx-graph.js';
+import { encodeModel } from '../ort/onnx-graph.js';
 import { IO, attentionHeadDim, buildStageGraph, stagePrecisionFor, type StagePrecision } from './stage-graph.js';
 import { loadStageWeights } from './stage-weights.js';
 

@@ -3,8 +3,8 @@
 // embedding lookup of the first stage happens outside the graph (embedding.ts: rows are
 // dequantized on demand, so the table stays compact). Pure: takes the decoder shape and
 // already-converted weights, returns a GraphBuilder. Read the forward pass top to bottom.
-import { GraphBuilder, MS_DOMAIN, f32Bytes } from './onnx/onnx-graph.js';
-import type { ElemType, GraphBuilderOptions } from './onnx/onnx-graph.js';
+import { GraphBuilder, MS_DOMAIN, f32Bytes } from '../ort/onnx-graph.js';
+import type { ElemType, GraphBuilderOptions } from '../ort/onnx-graph.js';
 import { f32ToF16Bits } from '../model/gguf/quant/half.js';
 import { ropeCaches } from './rope.js';
 import { linearToF32 } from './weights/repack.js';

@@ -4,7 +4,7 @@
 // status from one table. The same origin serves the built renderer (renderer/dist), so a headless
 // `kiwi host` offers the UI at its own address. The core knows only a ControlSource. Before routing,
 // every request passes http-guard.ts (Host, Content-Type, CORS); sockets are bounded like the API's.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -18,8 +18,9 @@ import {
 } from '../../../common/control-api.js';
 import { isKiwiError, KiwiError, type KiwiErrorCode } from '../errors.js';
 import { parseJson } from '../parse-json.js';
-import type { ControlSource } from './control-api-source.js';
-import { createHttpGuard } from './http-guard.js';
+import type { ControlSource } from './control-source.js';
+import { matchesSecret, secretDigest } from './bearer-secret.js';
+import { createHttpGuard, flatHeaders } from './http-guard.js';
 import { DEFAULT_SOCKET_LIMITS, socketServerOptions, type SocketLimits } from './socket-limits.js';
 
 export interface ControlApiOptions {
@@ -89,7 +90,7 @@ export function createControlApi(opts: {
   allowedHosts?: readonly string[];
   corsOrigins?: readonly string[];
 }): Handler {
-  const tokenDigest = digest(opts.token);
+  const tokenDigest = secretDigest(opts.token);
   const { source } = opts;
   const guard = createHttpGuard({ listenHost: opts.host ?? '127.0.0.1', allowedHosts: opts.allowedHosts ?? [], corsOrigins: opts.corsOrigins ?? [], methods: ['GET', 'POST', 'HEAD'] });
 
@@ -131,7 +132,7 @@ export function createControlApi(opts: {
   };
 
   return async (req, res) => {
-    const decision = guard({ method: req.method ?? 'GET', headers: flatHeaders(req) });
+    const decision = guard({ method: req.method ?? 'GET', headers: flatHeaders(req.headers) });
     for (const [k, v] of Object.entries(decision.headers)) res.setHeader(k, v);
     if (decision.kind === 'answer') {
       res.writeHead(decision.status).end();
@@ -209,20 +210,10 @@ export async function startControlApi(opts: ControlApiOptions): Promise<ControlA
   };
 }
 
-function flatHeaders(req: IncomingMessage): Record<string, string | undefined> {
-  const headers: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-  return headers;
-}
-
-function digest(s: string): Buffer {
-  return createHash('sha256').update(s).digest();
-}
-
-/** Constant-time: both sides are hashed to equal length first, so neither length nor prefix leaks. */
+/** Constant-time (bearer-secret.ts). */
 function authorized(req: IncomingMessage, tokenDigest: Buffer): boolean {
   const m = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
-  return m !== null && timingSafeEqual(digest(m[1] as string), tokenDigest);
+  return m !== null && matchesSecret(m[1] as string, tokenDigest);
 }
 
 function json(res: ServerResponse, status: number, value: unknown): void {

@@ -6,7 +6,7 @@ import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
 import { startControlApi, type ControlApi } from './control-api.js';
-import { SessionControl } from './control-api-source.js';
+import { SessionControl } from '../hosting/session-control.js';
 import { startOpenAiServer, type OpenAiServer } from './http-server.js';
 import { LocalBackend } from './local-backend.js';
 

@@ -2,6 +2,7 @@
 // routing: the Host check against DNS rebinding, the Content-Type rule against cross-site "simple"
 // POSTs, and CORS (Fetch standard, https://fetch.spec.whatwg.org/#http-cors-protocol). Pure: a
 // request's method and headers in, a decision out; the servers only write what it says.
+import type { IncomingHttpHeaders } from 'node:http';
 import type { KiwiErrorCode } from '../errors.js';
 
 export interface HttpGuardOptions {
@@ -111,6 +112,13 @@ export function createHttpGuard(opts: HttpGuardOptions): (req: GuardRequest) => 
 
     return { kind: 'pass', headers: origin === undefined ? cors : { ...cors, 'access-control-expose-headers': 'retry-after' } };
   };
+}
+
+/** node:http's headers as the guard (and the servers' routes) read them: a repeated header's values joined with ', '. */
+export function flatHeaders(headers: IncomingHttpHeaders): Record<string, string | undefined> {
+  const flat: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(headers)) flat[k] = Array.isArray(v) ? v.join(', ') : v;
+  return flat;
 }
 
 function refuse(status: number, code: KiwiErrorCode, reason: string, headers: Record<string, string>, message: string): GuardDecision {

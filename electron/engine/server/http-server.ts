@@ -9,11 +9,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KiwiError } from '../errors.js';
 import type { CompletionBackend } from '../completion/completion-backend.js';
-import { createHttpGuard, type GuardDecision } from './http-guard.js';
+import { json, type ApiResponse } from './api-response.js';
+import { createHttpGuard, flatHeaders, type GuardDecision } from './http-guard.js';
 import { DEFAULT_SOCKET_LIMITS, socketServerOptions, type SocketLimits } from './socket-limits.js';
 import { createOpenAiApi } from './openai-api.js';
 import { toOpenAiError } from './openai-errors.js';
-import type { ApiResponse, OpenAiApi, OpenAiApiOptions } from './openai-api.js';
+import type { OpenAiApi, OpenAiApiOptions } from './openai-api.js';
 
 export interface OpenAiServerOptions extends Omit<OpenAiApiOptions, 'backend'> {
   /** Default 127.0.0.1 (loopback); '0.0.0.0' or '::' to listen on the LAN. */
@@ -99,7 +100,7 @@ export async function startOpenAiServer(backend: CompletionBackend, opts: OpenAi
         const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
         await Promise.race([Promise.all(inFlight.values()), grace]);
         clearTimeout(timer);
-        for (const c of inFlight.keys()) c.abort(new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down; retry against a running server'));
+        for (const c of inFlight.keys()) c.abort(shutdownError());
         await Promise.all(inFlight.values());
         server.closeAllConnections();
         await stopped;
@@ -122,8 +123,7 @@ async function serve(
   res.on('close', () => {
     if (!res.writableFinished) controller.abort();
   });
-  const headers: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(', ') : v;
+  const headers = flatHeaders(req.headers);
   const method = req.method ?? 'GET';
   const decision = guard({ method, headers });
   const response: ApiResponse = decision.kind === 'answer'
@@ -160,7 +160,7 @@ async function serve(
       if (!res.write(chunk)) await writable(res);
     }
   } catch (err) {
-    // openai-api.ts turns failures into error events; anything escaping it is a bug.
+    // The API turns failures into error events (sse-stream.ts); anything escaping it is a bug.
     onError?.(err);
     res.destroy();
     return;
@@ -170,13 +170,16 @@ async function serve(
 
 /** The guard's refusal as an OpenAI error body (`code` in OpenAI's snake_case). */
 function refused(d: Extract<GuardDecision, { kind: 'refuse' }>): ApiResponse {
-  const body = { error: { message: d.message, type: 'invalid_request_error', param: d.reason === 'unsupported_media_type' ? 'content-type' : null, code: d.reason } };
-  return { status: d.status, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify(body) };
+  return json(d.status, { error: { message: d.message, type: 'invalid_request_error', param: d.reason === 'unsupported_media_type' ? 'content-type' : null, code: d.reason } });
 }
 
 function shuttingDown(): ApiResponse {
-  const { status, body } = toOpenAiError(new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down; retry against a running server'));
-  return { status, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify(body) };
+  const { status, body } = toOpenAiError(shutdownError());
+  return json(status, body);
+}
+
+function shutdownError(): KiwiError {
+  return new KiwiError('API_SHUTTING_DOWN', 'the server is shutting down; retry against a running server');
 }
 
 /** Resolves when `res` can take more (drain) or never will (closed). */

@@ -1,7 +1,7 @@
 // The stateless subset of OpenAI's Responses API (POST /v1/responses): the request schema, its
 // translation into chat turns and sampling fields, and the response object and stream events the
 // official SDK's `responses.create` / `responses.stream` read. Pure: values in, values out; the
-// generation itself runs through the same path as /v1/chat/completions (openai-api.ts).
+// generation itself runs through the same path as /v1/chat/completions (endpoints/responses.ts).
 import { z } from 'zod';
 import type { ChatTurn, FinishReason } from '../completion/completion-backend.js';
 

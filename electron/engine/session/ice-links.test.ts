@@ -11,19 +11,7 @@ import { createHost, type HostSession } from './host.js';
 import { LinkManager, type RingLinkStatus } from './link-manager.js';
 import { joinSession, type MemberSession } from './member.js';
 import { RendezvousClient } from './rendezvous-client.js';
-
-function waitFor<T>(check: () => T | undefined, what: string, timeoutMs = 30_000): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const started = Date.now();
-    const poll = (): void => {
-      const v = check();
-      if (v !== undefined) return resolve(v);
-      if (Date.now() - started > timeoutMs) return reject(new Error(`timed out waiting for ${what}`));
-      setTimeout(poll, 20);
-    };
-    poll();
-  });
-}
+import { waitFor } from '../test-support/wait-for.js';
 
 describe('ICE ring links in a session (loopback)', () => {
   let host: HostSession | undefined;
@@ -42,7 +30,7 @@ describe('ICE ring links in a session (loopback)', () => {
   it('forms every ring link as direct UDP, signaled through the host, and carries data encrypted', async () => {
     host = await createHost({ autoApprove: true, listenHost: '127.0.0.1' });
     for (const name of ['ada', 'bob']) members.push(await joinSession({ code: host.code, rendezvousUrl: host.rendezvousUrl, name, listenHost: '127.0.0.1', heartbeatMs: 200 }));
-    const status = await waitFor(measured(host, 3), 'three measured ring links');
+    const status = await waitFor(measured(host, 3), 'three measured ring links', 30_000);
     expect(status.links.map((l) => [l.kind, l.transport])).toEqual([['direct', 'udp'], ['direct', 'udp'], ['direct', 'udp']]);
     expect(status.links.every((l) => (l.throughputMBps ?? 0) > 0)).toBe(true);
     const [ada, bob] = members as [MemberSession, MemberSession];
@@ -56,7 +44,7 @@ describe('ICE ring links in a session (loopback)', () => {
     const caps = await waitFor(() => {
       const ms = h.status().members;
       return ms.every((m) => m.capabilities?.nat !== undefined) ? ms.map((m) => [m.capabilities?.nat, m.capabilities?.nat_mapping]) : undefined;
-    }, 'NAT classes in the capabilities');
+    }, 'NAT classes in the capabilities', 30_000);
     expect(caps).toEqual([['permissive', 'endpoint-independent'], ['permissive', 'endpoint-independent']]);
     expect(ada.natMapping).toBe('endpoint-independent');
     const payload = randomBytes(3 * 1024 * 1024);
@@ -69,7 +57,7 @@ describe('ICE ring links in a session (loopback)', () => {
     host = await createHost({ autoApprove: true, listenHost: '127.0.0.1' });
     members.push(await joinSession({ code: host.code, rendezvousUrl: host.rendezvousUrl, name: 'ada', listenHost: '127.0.0.1', heartbeatMs: 200 }));
     members.push(await joinSession({ code: host.code, rendezvousUrl: host.rendezvousUrl, name: 'bob', listenHost: '127.0.0.1', heartbeatMs: 200, ice: false }));
-    const status = await waitFor(measured(host, 3), 'three measured ring links');
+    const status = await waitFor(measured(host, 3), 'three measured ring links', 30_000);
     const bob = (members[1] as MemberSession).peer as number;
     for (const l of status.links) expect([l.a, l.b, l.transport]).toEqual([l.a, l.b, [l.a, l.b].includes(bob) ? 'tcp' : 'udp']);
   });
@@ -128,16 +116,16 @@ describe('ring link fallback when ICE cannot connect', () => {
 
   it('falls back to the WebSocket direct link', async () => {
     const { a, b, signals, bPeer } = await pair(true);
-    const s = await waitFor(upAndMeasured(a, bPeer), 'the link up');
+    const s = await waitFor(upAndMeasured(a, bPeer), 'the link up', 30_000);
     expect(signals.some((x) => x.kind === 'offer')).toBe(true);
     expect(signals.some((x) => x.kind === 'answer')).toBe(true);
     expect(s).toMatchObject({ kind: 'direct', transport: 'tcp' });
-    expect((await waitFor(upAndMeasured(b, HOST_PEER), 'the far end up')).transport).toBe('tcp');
+    expect((await waitFor(upAndMeasured(b, HOST_PEER), 'the far end up', 30_000)).transport).toBe('tcp');
   });
 
   it('falls back to the relay when the responder has no direct listener either', async () => {
     const { a, signals, bPeer } = await pair(false);
-    const s = await waitFor(upAndMeasured(a, bPeer), 'the link up');
+    const s = await waitFor(upAndMeasured(a, bPeer), 'the link up', 30_000);
     expect(signals.some((x) => x.kind === 'answer')).toBe(true);
     expect(s).toMatchObject({ kind: 'relayed', transport: 'relay' });
   });

@@ -1,25 +1,31 @@
-// A member's side of a session: claims the code's nameplate, proves the code with SPAKE2, opens
-// the encrypted control link to the host, says hello (identity, name, direct addresses,
+// A member's side of a session: claims the code's nameplate and proves the code with SPAKE2
+// (member-pake.ts), opens the encrypted control link to the host, says hello (identity, name, direct addresses,
 // capabilities), sends heartbeats, and takes part in ring links. When the connection drops it
-// reconnects and rejoins with the same identity; a wrong code is final (PAKE_CONFIRMATION_FAILED).
+// reconnects and rejoins with the same identity; a wrong code is final (PAKE_CONFIRMATION_FAILED,
+// reconnect-policy.ts).
 // The identity is an Ed25519 key (identity.ts) whose hello signs each connection's PAKE
 // transcript; once approved, a member rejoins with the resume secret the host gave it, so a code
 // that stopped working (too many strangers guessing) does not lock it out.
 import { EventEmitter } from 'node:events';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { HOST_PEER, RelayChannel } from '../rendezvous/protocol.js';
-import { probeNatMapping, type NatMapping } from '../rendezvous/stun-nat.js';
+import type { NatMapping } from '../rendezvous/stun-nat.js';
+import { memberPortMapper, withMappedAddress, type MappedPort, type PortMapper, type PortMapperOptions } from '../transport/port-mapping.js';
 import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
-import { controlContext, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER, rejoinAad, rejoinScalar, REPLACED_REASON } from './host.js';
 import { fingerprint, generateIdentity, signHello, type MemberIdentity } from './identity.js';
-import { rendezvousStun } from '../transport/ice-servers.js';
+import { ringIceOptions, type IceOption } from './ice-options.js';
 import { LinkManager, type RingLinkStatus } from './link-manager.js';
+import { linkReport } from './link-reports.js';
+import { proveToHost } from './member-pake.js';
+import { validateName } from './member-name.js';
 import type { Capabilities } from './membership.js';
+import { probeRendezvousNat } from './nat-report.js';
+import { reconnectVerdict } from './reconnect-policy.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, parseSessionCode } from './session-code.js';
-import { BINARY_CONTROL, decodeControl, encodeControl, fromB64, HostToMember, PakeBody, parseBody, toB64, type MemberToHost, type RosterEntry } from './session-messages.js';
-import { validateName } from './member-name.js';
-import { passwordScalar, spake2Start } from './spake2.js';
+import { BINARY_CONTROL, decodeControl, encodeControl, fromB64, HostToMember, toB64, type MemberToHost, type RosterEntry } from './session-messages.js';
+import { controlContext, REPLACED_REASON } from './session-params.js';
+import { passwordScalar } from './spake2.js';
 
 export interface JoinOptions {
   code: string;
@@ -36,14 +42,12 @@ export interface JoinOptions {
   heartbeatMs?: number;
   /** Interface for this member's direct listener; undefined: relay only. */
   listenHost?: string;
-  /**
-   * ICE (WebRTC data channel) ring links, tried before WebSocket and relay; on by default (with
-   * host candidates only) whenever direct links are (listenHost set); `false` turns them off
-   * (`--no-ice`): offers from neighbours are then refused.
-   */
-  ice?: false | { iceServers?: readonly string[]; timeoutMs?: number };
+  /** ICE ring links (ice-options.ts); on by default whenever direct links are (listenHost set); with `false` offers from neighbours are refused. */
+  ice?: IceOption;
   /** Addresses to advertise instead of the listener's own URL (a port forward, a NAT mapping). */
   advertise?: string[];
+  /** Map the listener's port on a UPnP-IGD / NAT-PMP router and advertise it too (transport/port-mapping.ts); default on, not with `advertise`. */
+  portMapping?: boolean | PortMapperOptions;
   /** Reconnect after a dropped connection (default true), at most this often. */
   reconnect?: boolean;
   reconnectDelayMs?: number;
@@ -95,6 +99,7 @@ export class MemberSession extends EventEmitter<MemberEvents> {
   private rosterNow: readonly RosterEntry[] = [];
   private readonly nameplate: number;
   private readonly w: bigint;
+  private readonly portMapper: PortMapper | undefined;
 
   constructor(private readonly opts: JoinOptions) {
     super();
@@ -107,6 +112,7 @@ export class MemberSession extends EventEmitter<MemberEvents> {
       throw new KiwiError('IDENTITY_INVALID', `Member id ${opts.memberId} is not the id of this identity key (${this.identity.memberId}); a member id cannot be chosen, it comes from the key.`);
     }
     this.memberId = this.identity.memberId;
+    this.portMapper = memberPortMapper(opts);
   }
 
   get peer(): number | undefined {
@@ -121,6 +127,11 @@ export class MemberSession extends EventEmitter<MemberEvents> {
   /** Everyone in the session as the host last described it (empty until it does). */
   roster(): readonly RosterEntry[] {
     return this.rosterNow;
+  }
+
+  /** The listener's port as mapped on the router (UPnP-IGD or NAT-PMP), when it is. */
+  get portMapping(): MappedPort | undefined {
+    return this.portMapper?.mapping;
   }
 
   /** How this member's NAT maps UDP, once measured (reportNat). */
@@ -138,6 +149,8 @@ export class MemberSession extends EventEmitter<MemberEvents> {
 
   /** Connects and joins; resolves once the host greeted this member. */
   async connect(): Promise<void> {
+    // The router's gateway is looked for while the join's handshake runs.
+    this.portMapper?.start();
     const client = await RendezvousClient.connect(this.opts.rendezvousUrl, { timeoutMs: this.opts.timeoutMs ?? 5000, ...(this.opts.signal ? { signal: this.opts.signal } : {}) });
     try {
       await this.handshake(client);
@@ -170,55 +183,32 @@ export class MemberSession extends EventEmitter<MemberEvents> {
       await c.links.close();
       c.client.close();
     }
+    await this.portMapper?.close();
     this.emit('closed', reason);
   }
 
   private async handshake(client: RendezvousClient): Promise<void> {
     const timeoutMs = this.opts.timeoutMs ?? 15_000;
     const resume = this.resume;
-    const { peer } = await client.claim(this.nameplate, { rejoin: resume !== undefined });
-    const pake = resume !== undefined
-      ? spake2Start({ role: 'A', w: rejoinScalar(resume, this.nameplate, this.memberId), idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: rejoinAad(this.nameplate, this.memberId) })
-      : spake2Start({ role: 'A', w: this.w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(this.nameplate) });
-    const admitted = once(client, 'admitted', timeoutMs, 'admission');
-    admitted.catch(() => undefined);
-    const replyRaw = once(client, 'from', timeoutMs, 'the host\'s key exchange reply');
-    client.send(HOST_PEER, resume !== undefined ? { kind: 'rejoin', memberId: this.memberId, msg: toB64(pake.message) } : { kind: 'pake', msg: toB64(pake.message) });
-    const [from, raw] = await replyRaw;
-    if (from !== HOST_PEER) throw new KiwiError('PAKE_UNEXPECTED', `Peer ${from} interfered with the key exchange.`);
-    const reply = parseBody(PakeBody, raw);
-    if (reply.kind !== 'pake-reply') throw new KiwiError('PAKE_UNEXPECTED', `The host sent '${reply.kind}' instead of its key exchange reply.`);
-    const result = pake.finish(fromB64(reply.msg));
-    result.verifyPeerConfirmation(fromB64(reply.confirm));
-    client.send(HOST_PEER, { kind: 'confirm', confirm: toB64(result.confirmation) });
-    await admitted;
-
+    const { peer, result } = await proveToHost(client, this.nameplate, this.memberId, resume !== undefined ? { resume, memberId: this.memberId } : { w: this.w }, timeoutMs);
     const control = await openSecureLink(client.relayLink(HOST_PEER, RelayChannel.CONTROL), {
       role: 'initiator', secret: { secret: result.sessionKey, context: controlContext(this.nameplate, peer) }, timeoutMs,
     });
-    const iceOpt = this.opts.ice;
-    const rvStun = rendezvousStun(this.opts.rendezvousUrl);
+    // Relay-only (no listenHost) takes no direct links of any kind.
+    const ice = ringIceOptions(this.opts.rendezvousUrl, this.opts.ice, this.opts.listenHost);
     const links = new LinkManager({
       rendezvous: client, listenHost: this.opts.listenHost, nameplate: this.nameplate, selfPeer: peer,
-      // Relay-only (no listenHost) takes no direct links of any kind.
-      ...(iceOpt !== false && this.opts.listenHost !== undefined ? { ice: { iceServers: [...(rvStun !== undefined ? [rvStun] : []), ...(iceOpt?.iceServers ?? [])], ...(iceOpt?.timeoutMs !== undefined ? { timeoutMs: iceOpt.timeoutMs } : {}) } } : {}),
+      ...(ice !== undefined ? { ice } : {}),
       sendSignal: (to, linkId, signal) => {
         if (!control.closed) control.send(encodeControl({ type: 'ice', peer: to, linkId: toB64(linkId), signal }));
       },
     });
     const listening = await links.start();
-    const addresses = this.opts.advertise ?? listening;
+    const addresses = this.opts.advertise ?? await withMappedAddress(this.portMapper, listening, this.opts.listenHost);
     links.on('status', (s) => {
       this.emit('link', s);
-      if (control.closed) return;
-      if (s.state === 'up' && s.kind !== undefined && s.rttMs !== undefined) {
-        control.send(encodeControl({
-          type: 'link-status', peer: s.peer, kind: s.kind, rttMs: s.rttMs,
-          ...(s.transport !== undefined ? { transport: s.transport } : {}), ...(s.throughputMBps !== undefined ? { throughputMBps: s.throughputMBps } : {}),
-        }));
-      } else if (s.state === 'closed' || s.state === 'failed') {
-        control.send(encodeControl({ type: 'link-down', peer: s.peer, state: s.state, reason: (s.error ?? s.state).slice(0, 200) }));
-      }
+      const report = linkReport(s);
+      if (report !== undefined && !control.closed) control.send(encodeControl(report));
     });
     const welcome = new Promise<'pending' | 'active'>((resolve, reject) => {
       const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not greet this member in time.')), timeoutMs);
@@ -260,7 +250,8 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     this.fingerprint = fp;
     control.send(encodeControl({
       type: 'hello', memberId: this.memberId, name: this.name, publicKey: toB64(this.identity.publicKey), signature: toB64(signature), addresses,
-      ...(this.opts.capabilities ? { capabilities: this.opts.capabilities } : {}),
+      // `ice: false` (--no-ice with a listener) tells the planner its links will be TCP (planner/nat-capabilities.ts).
+      ...(this.opts.capabilities || this.opts.ice === false ? { capabilities: { ...this.opts.capabilities, ...(this.opts.ice === false ? { ice: false } : {}) } } : {}),
     }));
     const state = await welcome;
     this.conn = { client, control, links, peer };
@@ -285,27 +276,17 @@ export class MemberSession extends EventEmitter<MemberEvents> {
 
   /**
    * Measures how this member's NAT maps UDP against the rendezvous's two STUN ports and adds it to
-   * the capabilities the host sees: `nat` (the planner's 'permissive' / 'restrictive') and
-   * `nat_mapping`. Nothing is reported when the rendezvous runs no STUN service.
+   * the capabilities the host sees: `nat` (the planner's 'permissive' / 'restrictive'),
+   * `nat_mapping`, `rendezvous_rtt_ms` (the STUN round trip, which prices a relayed edge) and
+   * `nat_none` (the rendezvous saw this machine's own address), and `port_mapping` ('upnp' / 'nat-pmp' / null:
+   * whether the listener's port is mapped on the router, settled before the hello). Nothing is reported when the rendezvous runs no STUN service.
    */
   private async reportNat(control: SecureLink): Promise<void> {
-    let url: URL;
-    try {
-      url = new URL(this.opts.rendezvousUrl);
-    } catch {
-      return;
-    }
-    const port = Number(url.port || (url.protocol === 'wss:' ? 443 : 80));
-    let probe;
-    try {
-      probe = await probeNatMapping({ host: url.hostname.replace(/^\[|\]$/g, ''), port });
-    } catch (err) {
-      if (!isKiwiError(err)) throw err;
-      return;
-    }
+    const probe = await probeRendezvousNat(this.opts.rendezvousUrl);
+    if (probe === undefined) return;
     this.natMapping = probe.mapping;
     if (probe.natClass === undefined || control.closed) return;
-    control.send(encodeControl({ type: 'capabilities', capabilities: { ...(this.opts.capabilities ?? {}), nat: probe.natClass, nat_mapping: probe.mapping } }));
+    control.send(encodeControl({ type: 'capabilities', capabilities: { ...(this.opts.capabilities ?? {}), nat: probe.natClass, nat_mapping: probe.mapping, rendezvous_rtt_ms: Math.round(probe.rttMs * 1000) / 1000, ...(probe.local ? { nat_none: true } : {}), port_mapping: this.portMapping?.protocol ?? null } }));
   }
 
   private onHostMessage(msg: HostToMember, links: LinkManager): void {
@@ -374,23 +355,21 @@ export class MemberSession extends EventEmitter<MemberEvents> {
         return;
       } catch (err) {
         if (!isKiwiError(err)) throw err;
-        // The nameplate is gone after we were in the session: the host ended it.
-        if (err.code === 'NAMEPLATE_UNKNOWN') {
-          this.fatal(new KiwiError('SESSION_ENDED', 'The host ended the session.'));
-          return;
+        switch (reconnectVerdict(err.code, this.resume !== undefined)) {
+          case 'session-ended':
+            this.fatal(new KiwiError('SESSION_ENDED', 'The host ended the session.'));
+            return;
+          case 'forget-resume':
+            // A resume the host no longer knows (it forgot the member): the code is the way back in.
+            this.resume = undefined;
+            this.emit('warning', err);
+            continue;
+          case 'fatal':
+            this.fatal(err);
+            return;
+          case 'retry':
+            this.emit('warning', err);
         }
-        // A resume the host no longer knows (it forgot the member): the code is the way back in.
-        if (this.resume !== undefined && ['PAKE_CONFIRMATION_FAILED', 'PAKE_UNEXPECTED', 'SESSION_REJECTED'].includes(err.code)) {
-          this.resume = undefined;
-          this.emit('warning', err);
-          continue;
-        }
-        // A wrong code or a closed session will not get better by retrying.
-        if (['PAKE_CONFIRMATION_FAILED', 'SESSION_REJECTED', 'NAMEPLATE_CLOSED', 'NAMEPLATE_UNKNOWN'].includes(err.code)) {
-          this.fatal(err);
-          return;
-        }
-        this.emit('warning', err);
       }
     }
   }
@@ -399,36 +378,6 @@ export class MemberSession extends EventEmitter<MemberEvents> {
     this.emit('fatal', err);
     void this.stop(err.message);
   }
-}
-
-function once<K extends 'admitted' | 'from'>(client: RendezvousClient, event: K, timeoutMs: number, what: string): Promise<K extends 'from' ? [number, Record<string, unknown>] : []> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      cleanup();
-      reject(new KiwiError('SESSION_TIMEOUT', `Timed out waiting for ${what}. Is the host still running?`));
-    }, timeoutMs);
-    const onEvent = (...args: unknown[]): void => {
-      cleanup();
-      resolve(args as never);
-    };
-    const onClose = (reason: string): void => {
-      cleanup();
-      reject(new KiwiError('RENDEZVOUS_CLOSED', `The rendezvous closed the connection while waiting for ${what} (${reason}).`));
-    };
-    const onError = (err: KiwiError): void => {
-      cleanup();
-      reject(err);
-    };
-    const cleanup = (): void => {
-      clearTimeout(timer);
-      client.off(event, onEvent as never);
-      client.off('close', onClose);
-      client.off('server-error', onError);
-    };
-    client.on(event, onEvent as never);
-    client.on('close', onClose);
-    client.on('server-error', onError);
-  });
 }
 
 /** Joins a session: resolves with the member once the host greeted it. */

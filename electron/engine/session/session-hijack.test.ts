@@ -4,14 +4,14 @@
 // cannot steal a friend's approval; an approved member rejoins after the code stopped working.
 import { afterEach, describe, expect, it } from 'vitest';
 import { isKiwiError, type KiwiError } from '../errors.js';
-import { HOST_PEER } from '../rendezvous/protocol.js';
 import { startRendezvous, type Rendezvous } from '../rendezvous/server.js';
-import { createHost, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER, type HostSession } from './host.js';
+import { createHost, type HostSession } from './host.js';
 import { generateIdentity } from './identity.js';
 import { joinSession, MemberSession } from './member.js';
 import { RendezvousClient } from './rendezvous-client.js';
 import { codePassword, parseSessionCode } from './session-code.js';
-import { passwordScalar, spake2Start } from './spake2.js';
+import { passwordScalar } from './spake2.js';
+import { wrongCodeGuess } from '../test-support/wrong-code-guess.js';
 
 /** A rendezvous whose limits are off: what an operator who wants to guess codes would run. */
 const LAX = { maxFailedAttempts: 100_000, maxFailedAttemptsTotal: 100_000, maxPendingPerSource: 100_000, maxConnectionsPerIp: 100_000, messagesPerSecond: 1e6, messageBurst: 1e6 };
@@ -28,24 +28,6 @@ describe('hijacks and lockouts (in-process, loopback)', () => {
     rv = undefined;
   });
 
-  /** One online guess: claim, send pA for `w`, and if the host answers, a confirmation that cannot be right. */
-  async function guess(url: string, nameplate: number, w: bigint): Promise<'answered' | 'refused'> {
-    const c = await RendezvousClient.connect(url);
-    const closed = new Promise<void>((resolve) => c.once('close', () => resolve()));
-    c.on('server-error', () => undefined);
-    await c.claim(nameplate);
-    const pake = spake2Start({ role: 'A', w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(nameplate) });
-    const reply = new Promise<'answered' | 'refused'>((resolve) => {
-      c.once('from', () => resolve('answered'));
-      void closed.then(() => resolve('refused'));
-    });
-    c.send(HOST_PEER, { kind: 'pake', msg: Buffer.from(pake.message).toString('base64') });
-    const got = await reply;
-    if (got === 'answered') c.send(HOST_PEER, { kind: 'confirm', confirm: Buffer.alloc(32).toString('base64') });
-    // The host rejects the wrong confirmation (or the refused claim): the rendezvous closes us.
-    await closed;
-    return got;
-  }
 
   it('answers at most maxPakeFailures wrong codes per session through a rendezvous that enforces nothing, then says so; approved members still rejoin', async () => {
     rv = await startRendezvous({ limits: LAX });
@@ -57,7 +39,7 @@ describe('hijacks and lockouts (in-process, loopback)', () => {
     const code = parseSessionCode(host.code);
     const wrongW = passwordScalar(codePassword({ ...code, words: [code.words[0] === 'apple' ? 'lemon' : 'apple', ...code.words.slice(1)] }), String(code.nameplate));
     const outcomes: string[] = [];
-    for (let i = 0; i < 20; i++) outcomes.push(await guess(rv.url, host.nameplate, wrongW));
+    for (let i = 0; i < 20; i++) outcomes.push(await wrongCodeGuess(rv.url, host.nameplate, wrongW));
     expect(outcomes.filter((o) => o === 'answered')).toHaveLength(5);
     expect(outcomes.slice(5)).toEqual(Array(15).fill('refused'));
     expect(locked.map((e) => e.code)).toEqual(['PAKE_LOCKED']);
@@ -176,7 +158,7 @@ describe('hijacks and lockouts (in-process, loopback)', () => {
       c.close();
       await closed;
     }
-    for (let i = 0; i < 4; i++) expect(await guess(host.rendezvousUrl, host.nameplate, wrongW)).toBe('answered');
+    for (let i = 0; i < 4; i++) expect(await wrongCodeGuess(host.rendezvousUrl, host.nameplate, wrongW)).toBe('answered');
     for (const name of ['ada', 'bob']) members.push(await joinSession({ code: host.code, rendezvousUrl: host.rendezvousUrl, name }));
     expect(host.status().members.map((m) => m.state)).toEqual(['active', 'active']);
   });

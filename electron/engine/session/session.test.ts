@@ -7,19 +7,7 @@ import { RendezvousClient } from './rendezvous-client.js';
 import { joinSession, MemberSession } from './member.js';
 import type { MembershipChange } from './membership.js';
 import { parseSessionCode, formatSessionCode } from './session-code.js';
-
-function waitFor<T>(check: () => T | undefined, timeoutMs = 10_000, what = 'condition'): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const started = Date.now();
-    const poll = (): void => {
-      const v = check();
-      if (v !== undefined && v !== false) return resolve(v);
-      if (Date.now() - started > timeoutMs) return reject(new Error(`timed out waiting for ${what}`));
-      setTimeout(poll, 20);
-    };
-    poll();
-  });
-}
+import { waitFor } from '../test-support/wait-for.js';
 
 describe('session (in-process, loopback)', () => {
   let host: HostSession | undefined;
@@ -42,7 +30,7 @@ describe('session (in-process, loopback)', () => {
     const status = await waitFor(() => {
       const s = h.status();
       return s.links.length === 4 && s.links.every((l) => l.state === 'up' && l.rttMs !== undefined) ? s : undefined;
-    }, 10_000, 'ring links');
+    }, 'ring links', 10_000);
     expect(status.ring).toHaveLength(4);
     expect(status.links.every((l) => l.kind === 'direct')).toBe(true);
     // A ring link carries data, encrypted.
@@ -62,7 +50,7 @@ describe('session (in-process, loopback)', () => {
     const status = await waitFor(() => {
       const s = h.status();
       return s.links.length === 3 && s.links.every((l) => l.state === 'up' && l.rttMs !== undefined) ? s : undefined;
-    }, 10_000, 'relayed ring links');
+    }, 'relayed ring links', 10_000);
     expect(status.links.every((l) => l.kind === 'relayed')).toBe(true);
   });
 
@@ -82,7 +70,7 @@ describe('session (in-process, loopback)', () => {
         codes.push(err.code);
       }
       // Each failure must be counted before the next try, as a real attacker's would be.
-      await waitFor(() => failures.length >= Math.min(i + 1, 5) || codes.at(-1) !== 'PAKE_CONFIRMATION_FAILED', 5000, 'failure count');
+      await waitFor(() => failures.length >= Math.min(i + 1, 5) || codes.at(-1) !== 'PAKE_CONFIRMATION_FAILED', 'failure count', 5000);
     }
     expect(codes.slice(0, 5)).toEqual(Array(5).fill('PAKE_CONFIRMATION_FAILED'));
     expect(codes[5]).toBe('NAMEPLATE_CLOSED');
@@ -96,7 +84,7 @@ describe('session (in-process, loopback)', () => {
     const m = await joinSession({ code: host.code, rendezvousUrl: host.rendezvousUrl, name: 'zed', heartbeatMs: 100, reconnect: false });
     const id = m.memberId;
     await m.stop('simulated crash');
-    await waitFor(() => changes.includes('member-left:hard-evicted'), 5000, 'hard eviction');
+    await waitFor(() => changes.includes('member-left:hard-evicted'), 'hard eviction', 5000);
     expect(changes).toEqual(['member-joined', 'member-left:soft-evicted', 'member-left:hard-evicted']);
     const again = await joinSession({ code: host.code, rendezvousUrl: host.rendezvousUrl, name: 'zed', identity: m.identity, memberId: id, heartbeatMs: 100 });
     members.push(again);

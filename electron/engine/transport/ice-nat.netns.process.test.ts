@@ -1,127 +1,159 @@
-// ICE through emulated home routers, in network namespaces: two members, each on its own LAN
-// behind its own NAT router (nftables masquerade), a "public" namespace in between that routes
-// and runs the rendezvous (with its STUN service) and the host. Members' host candidates are
-// unreachable from each other; only hole punching through both NATs gives a direct path.
-//   - endpoint-independent mapping (plain masquerade, which keeps the source port): the member to
-//     member link forms as direct UDP;
-//   - symmetric (masquerade `random`: a new port per destination): punching fails, the WebSocket
-//     dial to a private address fails, and the link is relayed by the rendezvous.
-// Each member's NAT mapping, measured against the rendezvous's two STUN ports, matches its router.
-// Needs root, iproute2 and nftables; skipped, saying why, where namespaces cannot be made.
-import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+// ICE through emulated home routers, in network namespaces (test-support/netns-nat.ts): a
+// full-cone, an address-restricted, a port-restricted and a symmetric NAT with one member each,
+// one port-restricted NAT with two members on one LAN, and two full-cone NATs with a LAN per
+// member (one hairpinning, one not), all behind a "public" namespace that routes between them
+// and runs the rendezvous (its STUN service on two public addresses, as RFC 5780 needs) and the
+// host. Members' host candidates are unreachable from other homes; only
+// hole punching through both NATs gives a direct path.
+//   - every member's NAT mapping, measured with RFC 5780's full test and with the member's own
+//     probe (rendezvous/stun-nat.ts), matches its router;
+//   - every ordered pair of kinds forms what the NATs allow: direct UDP, except a symmetric NAT
+//     against a symmetric or port-restricted one, which relays (the pair table, also printed; the
+//     planner's per-pair prediction is compared with it);
+//   - two members behind one full-cone NAT on separate LANs (forwarding between them dropped)
+//     link directly over UDP through the router's public address when it hairpins, and relay
+//     when it does not;
+//   - a host behind a NAT measures its own against the public rendezvous (its status's host_nat);
+//   - generation through a ring with a direct and a relayed edge over these NATs gives exactly the
+//     tokens of one machine.
+// One lab for the whole file. Needs root, iproute2 and nftables; skipped, saying why, where
+// namespaces cannot be made.
+import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { testModelPath } from '../model/test-models.js';
+import { HAIRPIN_PAIRS, labPairs, PAIR_LAB, pairTable, pooled, probeMembers, runPair, startLabRendezvous, type MemberNat, type PairResult } from '../test-support/nat-pairs.js';
 import { requireNft } from '../test-support/netns-faults.js';
+import { createNatLab, hairpinnedPackets, type NatLab, type NatMember } from '../test-support/netns-nat.js';
 import { canUseNetns, netnsSkipNote } from '../test-support/netns-star.js';
-import { kiwiEntry, ProcessSet, repoRoot, type Event, type Proc, until, waitEvent } from '../test-support/processes.js';
+import { isolatedCacheDir, kiwiEntry, ProcessSet, repoRoot, type Event, until, waitEvent } from '../test-support/processes.js';
 
+const run = promisify(execFile);
 const usable = canUseNetns();
 if (usable) requireNft();
 const procs = new ProcessSet();
-const tag = String(process.pid % 100000);
-const ns = { pub: `kiwi-pub-${tag}`, natA: `kiwi-nata-${tag}`, natB: `kiwi-natb-${tag}`, a: `kiwi-ma-${tag}`, b: `kiwi-mb-${tag}` };
-const PUB = '10.79.1.1';
+isolatedCacheDir('kiwi-ice-nat-');
+let lab: NatLab | undefined;
+let url = '';
+let nats: Record<string, MemberNat> = {};
+// Removed also when the run dies before afterAll.
+process.once('exit', () => lab?.tearDown());
 
-const ip = (...args: string[]): void => void execFileSync('ip', args, { stdio: 'pipe' });
-const inNs = (where: string, ...cmd: string[]): void => void execFileSync('ip', ['netns', 'exec', where, ...cmd], { stdio: 'pipe' });
+beforeAll(async () => {
+  if (!usable) return;
+  lab = createNatLab(PAIR_LAB);
+  const rv = await startLabRendezvous(lab, procs);
+  url = rv.url;
+  nats = await probeMembers(lab, rv.port);
+}, 120_000);
 
-function veth(a: string, aNs: string, aAddr: string, b: string, bNs: string, bAddr: string): void {
-  ip('link', 'add', a, 'type', 'veth', 'peer', 'name', b);
-  ip('link', 'set', a, 'netns', aNs);
-  ip('link', 'set', b, 'netns', bNs);
-  ip('-n', aNs, 'addr', 'add', aAddr, 'dev', a);
-  ip('-n', bNs, 'addr', 'add', bAddr, 'dev', b);
-  ip('-n', aNs, 'link', 'set', a, 'up');
-  ip('-n', bNs, 'link', 'set', b, 'up');
-}
-
-/** pub <-> natA (10.79.1.0/24) <-> A (192.168.1.0/24); pub <-> natB (10.79.2.0/24) <-> B (192.168.2.0/24). */
-function setUp(symmetric: boolean): void {
-  for (const n of Object.values(ns)) ip('netns', 'add', n);
-  for (const n of Object.values(ns)) ip('-n', n, 'link', 'set', 'lo', 'up');
-  for (const [side, i] of [['A', 1], ['B', 2]] as const) {
-    const nat = side === 'A' ? ns.natA : ns.natB;
-    const member = side === 'A' ? ns.a : ns.b;
-    veth(`k${tag}p${i}`, ns.pub, `10.79.${i}.1/24`, `k${tag}w${i}`, nat, `10.79.${i}.2/24`);
-    veth(`k${tag}l${i}`, nat, `192.168.${i}.1/24`, `k${tag}m${i}`, member, `192.168.${i}.2/24`);
-    ip('-n', nat, 'route', 'add', 'default', 'via', `10.79.${i}.1`);
-    ip('-n', member, 'route', 'add', 'default', 'via', `192.168.${i}.1`);
-    inNs(nat, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
-    // The router: source NAT of everything leaving the WAN side; conntrack lets only replies back in.
-    inNs(nat, 'nft', 'add', 'table', 'ip', 'kiwi_nat');
-    inNs(nat, 'nft', 'add', 'chain', 'ip', 'kiwi_nat', 'post', '{ type nat hook postrouting priority 100; }');
-    inNs(nat, 'nft', 'add', 'rule', 'ip', 'kiwi_nat', 'post', 'oifname', `k${tag}w${i}`, 'masquerade', ...(symmetric ? ['random'] : []));
-    inNs(nat, 'nft', 'add', 'table', 'ip', 'kiwi_fw');
-    inNs(nat, 'nft', 'add', 'chain', 'ip', 'kiwi_fw', 'forwarding', '{ type filter hook forward priority 0; policy drop; }');
-    inNs(nat, 'nft', 'add', 'rule', 'ip', 'kiwi_fw', 'forwarding', 'iifname', `k${tag}l${i}`, 'accept');
-    inNs(nat, 'nft', 'add', 'rule', 'ip', 'kiwi_fw', 'forwarding', 'ct', 'state', 'established,related', 'accept');
-    // Unsolicited packets to the router itself are dropped (as a home router's firewall does) before
-    // conntrack confirms an entry for them: otherwise a peer's early punch would take the tuple that
-    // the member's own outgoing punch needs, and the NAT would move it to another port.
-    inNs(nat, 'nft', 'add', 'chain', 'ip', 'kiwi_fw', 'incoming', '{ type filter hook input priority 0; policy accept; }');
-    inNs(nat, 'nft', 'add', 'rule', 'ip', 'kiwi_fw', 'incoming', 'iifname', `k${tag}w${i}`, 'ct', 'state', 'new', 'drop');
-  }
-  inNs(ns.pub, 'sysctl', '-qw', 'net.ipv4.ip_forward=1');
-}
-
-function tearDown(): void {
-  for (const n of Object.values(ns)) {
-    try {
-      ip('netns', 'del', n);
-    } catch {
-      // Not created (setup failed part way): nothing to remove.
-    }
-  }
-}
-
-const kiwiIn = (where: string, ...args: string[]): Proc => procs.spawn('ip', ['netns', 'exec', where, process.execPath, ...kiwiEntry(), ...args, '--json']);
-
-afterEach(() => {
-  procs.killAll();
-  tearDown();
+afterAll(() => {
+  procs.dispose();
+  lab?.tearDown();
 });
-afterAll(() => procs.dispose());
 
-/** A member's NAT mapping as it measures it against the rendezvous's two STUN ports (rendezvous/stun-nat.ts). */
-function probeFrom(where: string, port: string): Record<string, unknown> {
-  const script = `import { probeNatMapping } from ${JSON.stringify(join(repoRoot, 'electron/engine/rendezvous/stun-nat.ts'))};` +
-    `console.log(JSON.stringify(await probeNatMapping({ host: ${JSON.stringify(PUB)}, port: ${port} })));`;
-  const out = execFileSync('ip', ['netns', 'exec', where, process.execPath, '--import', 'tsx', '--input-type=module', '-e', script], { cwd: repoRoot, encoding: 'utf8' });
-  return JSON.parse(out.trim().split('\n').pop() as string) as Record<string, unknown>;
+/** Completion text from the host's API, asked from inside the public namespace (the API listens on its loopback). */
+async function completeIn(ns: string, apiUrl: string, prompt: string, maxTokens: number): Promise<string> {
+  const body = JSON.stringify({ model: 'stories260K', prompt, max_tokens: maxTokens, temperature: 0 });
+  const script = `const r = await fetch(${JSON.stringify(`${apiUrl}/completions`)}, { method: 'POST', headers: { 'content-type': 'application/json' }, body: ${JSON.stringify(body)} });` +
+    'if (!r.ok) throw new Error(String(r.status) + await r.text()); console.log(JSON.stringify((await r.json()).choices[0].text));';
+  const { stdout } = await run('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], { cwd: repoRoot });
+  return JSON.parse(stdout.trim()) as string;
 }
 
-/** The member-to-member ring link as the host reports it once measured, and each member's measured NAT mapping. */
-async function memberLink(): Promise<{ link: Event; probes: Array<Record<string, unknown>> }> {
-  const rv = kiwiIn(ns.pub, 'rendezvous', '--host', '0.0.0.0', '--port', '0');
-  const port = new URL((await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous')).url as string).port;
-  const url = `ws://${PUB}:${port}`;
-  const host = kiwiIn(ns.pub, 'host', '--rendezvous', url, '--auto-approve', '--listen', '0.0.0.0', '--no-bench');
-  const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code')).code as string;
-  const members = [kiwiIn(ns.a, 'join', code, '--rendezvous', url, '--name', 'ada', '--listen', '0.0.0.0', '--no-bench'), kiwiIn(ns.b, 'join', code, '--rendezvous', url, '--name', 'bob', '--listen', '0.0.0.0', '--no-bench')];
-  const peers = await Promise.all(members.map(async (m) => (await waitEvent(m, (e) => e.event === 'joined', 'a member joined', 30_000)).peer as number));
-  const [lo, hi] = [Math.min(...peers), Math.max(...peers)];
-  let found: Event | undefined;
-  await until(async () => {
-    found = host.events.find((e) => e.event === 'link' && e.a === lo && e.b === hi && (typeof e.rtt_ms === 'number' || e.state === 'failed'));
-    return found !== undefined;
-  }, 'the member-to-member link', 60_000);
-  return { link: found as Event, probes: [probeFrom(ns.a, port), probeFrom(ns.b, port)] };
+/** The control API's status of a process in `ns` (it listens on that namespace's loopback). */
+async function statusIn(ns: string, apiUrl: string, token: string): Promise<unknown> {
+  const script = `const r = await fetch(${JSON.stringify(`${apiUrl}/status`)}, { headers: { authorization: ${JSON.stringify(`Bearer ${token}`)} } }); console.log(JSON.stringify(await r.json()));`;
+  const { stdout } = await run('ip', ['netns', 'exec', ns, process.execPath, '--input-type=module', '-e', script], { cwd: repoRoot });
+  return JSON.parse(stdout.trim());
 }
 
 describe(`ICE through emulated NATs (network namespaces)${netnsSkipNote()}`, () => {
-  it.skipIf(!usable)('forms a direct UDP link between members behind two endpoint-independent NATs', async () => {
-    setUp(false);
-    const { link, probes } = await memberLink();
-    expect(link).toMatchObject({ kind: 'direct', transport: 'udp' });
-    // Measured as the planner's 'permissive' class, mapped to the router's public address.
-    expect(probes.map((p) => [p.mapping, p.natClass])).toEqual([['endpoint-independent', 'permissive'], ['endpoint-independent', 'permissive']]);
-    expect(probes.map((p) => (p.mapped as { address: string }).address)).toEqual(['10.79.1.2', '10.79.2.2']);
+  it.skipIf(!usable)('measures each member\'s NAT mapping as its router\'s kind (RFC 5780 over two addresses, and the member\'s own probe)', () => {
+    const l = lab as NatLab;
+    for (const m of Object.values(l.members)) {
+      const nat = nats[m.name] as MemberNat;
+      const symmetric = m.kind === 'symmetric';
+      expect([m.name, nat.rfc5780]).toEqual([m.name, symmetric ? 'address-and-port-dependent' : 'endpoint-independent']);
+      // Measured as the planner's class, mapped to the router's public address.
+      expect([m.name, nat.member.mapping, nat.member.natClass]).toEqual([m.name, ...(symmetric ? ['address-dependent', 'restrictive'] : ['endpoint-independent', 'permissive'])]);
+      expect(nat.member.mapped.address).toBe(m.wan);
+    }
+  });
+
+  it.skipIf(!usable)('forms the link every ordered pair of NAT kinds allows, and prints the pair table', async () => {
+    const l = lab as NatLab;
+    const rows: PairResult[] = await pooled(labPairs(), 4, async ([a, b]) => runPair(l, procs, url, nats, l.members[a]!, l.members[b]!));
+    process.stdout.write(`\nNAT pair table (initiator joins first):\n${pairTable(rows)}\n`);
+    for (const r of rows) {
+      // What the routers allow: a symmetric NAT's port toward the peer is new, so only a NAT that
+      // lets in any port of an address it sent to (full cone, address-restricted) takes its punch.
+      const strict = (k: string): boolean => k === 'symmetric' || k === 'port-restricted';
+      const symmetricVsStrict = (r.kinds[0] === 'symmetric' && strict(r.kinds[1])) || (r.kinds[1] === 'symmetric' && strict(r.kinds[0]));
+      expect([r.a, r.b, r.formed]).toEqual([r.a, r.b, symmetricVsStrict && !r.sameNat ? 'relayed' : 'direct-udp']);
+      expect(r.connectMs).toBeGreaterThan(0);
+      // Knowing each NAT's filtering, the planner's per-pair prediction is exact; from mappings
+      // alone it errs only towards the relay (as Kafila's did).
+      expect([r.a, r.b, r.predictedKnownFiltering]).toEqual([r.a, r.b, r.formed]);
+      if (r.predicted !== r.formed) expect([r.a, r.b, r.predicted, r.formed]).toEqual([r.a, r.b, 'relayed', 'direct-udp']);
+    }
+  }, 400_000);
+
+  it.skipIf(!usable)('links two members behind one NAT on separate LANs through its public address when it hairpins, and relays when it does not', async () => {
+    const l = lab as NatLab;
+    const pairs = HAIRPIN_PAIRS.map(([a, b]) => [l.members[a] as NatMember, l.members[b] as NatMember] as const);
+    const router = pairs[0]![0].routerNs;
+    const before = hairpinnedPackets(router);
+    const rows = await Promise.all(pairs.map(async ([a, b]) => runPair(l, procs, url, nats, a, b)));
+    process.stdout.write(`\nHairpin rows:\n${pairTable(rows)}\n`);
+    expect(rows.map((r) => [r.a, r.b, r.sameNat, r.formed])).toEqual([['hairpin-1', 'hairpin-2', true, 'direct-udp'], ['no-hairpin-1', 'no-hairpin-2', true, 'relayed']]);
+    // LAN to LAN is dropped, so the direct path is the hairpin: packets to the router's public
+    // address at a member's mapping, DNATed from the LAN side to the mapping's owner.
+    expect(hairpinnedPackets(router)).toBeGreaterThan(before);
   }, 120_000);
 
-  it.skipIf(!usable)('falls back to the relay between members behind two symmetric NATs', async () => {
-    setUp(true);
-    const { link, probes } = await memberLink();
-    expect(link).toMatchObject({ kind: 'relayed', transport: 'relay' });
-    expect(probes.map((p) => [p.mapping, p.natClass])).toEqual([['address-dependent', 'restrictive'], ['address-dependent', 'restrictive']]);
+  it.skipIf(!usable)("measures a host's own NAT against the public rendezvous, as its status shows it", async () => {
+    const l = lab as NatLab;
+    const shown = await Promise.all((['symmetric', 'full-cone'] as const).map(async (who) => {
+      const ns = l.members[who]!.ns;
+      const host = procs.spawn('ip', ['netns', 'exec', ns, process.execPath, ...kiwiEntry(), 'host', '--rendezvous', url, '--auto-approve', '--listen', '0.0.0.0', '--no-bench', '--json']);
+      const control = await waitEvent(host, (e) => e.event === 'control', 'the host control API', 60_000);
+      const token = (JSON.parse(await readFile(control.token_file as string, 'utf8')) as { token: string }).token;
+      let nat: unknown = null;
+      await until(async () => {
+        nat = ((await statusIn(ns, control.api_url as string, token)) as { host_nat?: unknown }).host_nat ?? null;
+        return nat !== null;
+      }, `the NAT of the host behind the ${who} router`, 30_000);
+      host.child.kill('SIGKILL');
+      return [who, nat];
+    }));
+    expect(shown).toEqual([
+      ['symmetric', { mapping: 'address-dependent', filtering: null, port_mapping: null }],
+      ['full-cone', { mapping: 'endpoint-independent', filtering: null, port_mapping: null }],
+    ]);
   }, 120_000);
+
+  it.skipIf(!usable)('generates through a ring with a direct and a relayed edge over the NATs exactly what one machine does', async () => {
+    const l = lab as NatLab;
+    const model = await testModelPath('stories260K.gguf');
+    const { stdout } = await run(process.execPath, [...kiwiEntry(), 'generate', '--model', model, '--prompt', 'Once upon a time', '--max-tokens', '32', '--json'], { cwd: repoRoot, maxBuffer: 1 << 24 });
+    const want = (JSON.parse(stdout.trim().split('\n').pop() as string) as { text: string }).text;
+    const inNs = (ns: string, ...args: string[]) => procs.spawn('ip', ['netns', 'exec', ns, process.execPath, ...kiwiEntry(), ...args, '--json']);
+    const host = inNs(l.pub, 'host', '--model', model, '--port', '0', '--rendezvous', url, '--auto-approve', '--expect', '2', '--listen', '0.0.0.0', '--no-bench');
+    const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code')).code as string;
+    // Port-restricted and symmetric: the edge between them relays, the host's (public) edges go direct.
+    for (const [name, who] of [['ada', 'port-restricted'], ['bob', 'symmetric']] as const) {
+      inNs(l.members[who]!.ns, 'join', code, '--rendezvous', url, '--name', name, '--model', model, '--listen', '0.0.0.0', '--no-bench');
+    }
+    const serving = await waitEvent(host, (e) => e.event === 'serving', 'the ring to serve', 90_000);
+    const latest = new Map<string, Event>();
+    await until(async () => {
+      for (const e of host.events) if (e.event === 'link' && typeof e.rtt_ms === 'number') latest.set(`${String(e.a)}-${String(e.b)}`, e);
+      return latest.size === 3;
+    }, 'three measured ring links', 60_000);
+    const kinds = [...latest.entries()].sort().map(([pair, e]) => [pair.startsWith('0-') ? 'host' : 'members', e.kind, e.transport]);
+    expect(kinds).toEqual([['host', 'direct', 'udp'], ['host', 'direct', 'udp'], ['members', 'relayed', 'relay']]);
+    expect(await completeIn(l.pub, serving.url as string, 'Once upon a time', 32)).toBe(want);
+  }, 240_000);
 });

@@ -1,7 +1,8 @@
 // The ring as real processes on loopback (a rendezvous, `kiwi host --model`, two `kiwi join`s) with
 // ICE ring links: every link comes up as a direct UDP data channel, signaled through the host, and
 // greedy output is exactly `kiwi generate`'s on one machine. With one member on `--no-ice`, the
-// links to it fall back to WebSocket direct links and the text stays the same.
+// links to it fall back to WebSocket direct links and the text stays the same; with one on
+// `--relay-only`, the links to it are relayed. In each, the plan predicted the kind each link became.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
@@ -43,6 +44,13 @@ async function measuredLinks(host: Proc): Promise<Map<string, Event>> {
   return latest;
 }
 
+/** The first plan's predicted kind of each ring edge (planner/nat-reach.ts), by the names of its ends. */
+async function predictedEdges(host: Proc): Promise<Map<string, string>> {
+  const plan = await waitEvent(host, (e) => e.event === 'plan', 'the plan');
+  const edges = plan.edges as Array<{ from: string; to: string; predicted: string }>;
+  return new Map(edges.map((e) => [[e.from, e.to].sort().join('-'), e.predicted]));
+}
+
 describe('the ring over ICE links (real processes on loopback)', () => {
   it('forms every ring link as direct UDP and gives exactly the tokens of one machine', async () => {
     const model = await testModelPath('stories260K.gguf');
@@ -50,6 +58,8 @@ describe('the ring over ICE links (real processes on loopback)', () => {
     const ring = await startRing(model, []);
     const links = await measuredLinks(ring.host);
     expect([...links.values()].map((l) => [l.kind, l.transport])).toEqual([['direct', 'udp'], ['direct', 'udp'], ['direct', 'udp']]);
+    // The planner predicted each of them: members on loopback measure an endpoint-independent mapping.
+    expect([...(await predictedEdges(ring.host)).values()]).toEqual(['direct-udp', 'direct-udp', 'direct-udp']);
     expect([...links.values()].every((l) => typeof l.throughput_mbps === 'number' && l.throughput_mbps > 0)).toBe(true);
     const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
     const completion = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 48, temperature: 0 });
@@ -64,8 +74,21 @@ describe('the ring over ICE links (real processes on loopback)', () => {
     const bobPeer = (await waitEvent(bob, (e) => e.event === 'joined', 'bob joined')).peer as number;
     const links = await measuredLinks(ring.host);
     for (const l of links.values()) expect([l.a, l.b, l.transport]).toEqual([l.a, l.b, l.a === bobPeer || l.b === bobPeer ? 'tcp' : 'udp']);
+    // bob said it takes no ICE links (capability ice: false): the planner predicted TCP to it.
+    for (const [pair, predicted] of await predictedEdges(ring.host)) expect([pair, predicted]).toEqual([pair, pair.includes('bob') ? 'direct-tcp' : 'direct-udp']);
     const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
     const completion = await client.completions.create({ model: 'stories260K', prompt: 'Once upon a time', max_tokens: 48, temperature: 0 });
     expect(completion.choices[0]?.text).toBe(want);
+  }, 120_000);
+
+  it('predicts and forms relayed links to a --relay-only member', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    const ring = await startRing(model, ['--relay-only']);
+    const bob = ring.members[1] as Proc;
+    const bobPeer = (await waitEvent(bob, (e) => e.event === 'joined', 'bob joined')).peer as number;
+    const links = await measuredLinks(ring.host);
+    for (const l of links.values()) expect([l.a, l.b, l.transport]).toEqual([l.a, l.b, l.a === bobPeer || l.b === bobPeer ? 'relay' : 'udp']);
+    // bob advertises no address: the planner predicted the relay to it.
+    for (const [pair, predicted] of await predictedEdges(ring.host)) expect([pair, predicted]).toEqual([pair, pair.includes('bob') ? 'relayed' : 'direct-udp']);
   }, 120_000);
 });

@@ -6,12 +6,15 @@
 // re-planned without them, in place until it has. A banner tells of a re-plan in progress, and
 // the history of past ones sits below. Where everything goes (labels clear of each other and of
 // the nodes, for any ring size) is common/ring-layout.ts; layer ranges read as people count them,
-// from 1 with both ends included ("layers 2–3 (2 layers)"), see layerRangeText there.
+// from 1 with both ends included ("layers 2–3 (2 layers)"), see layerRangeText there. A member's
+// NAT class (mapping, filtering, router port mapping) is its node's tooltip and data attributes.
 import type { CSSProperties, ReactElement } from 'react';
-import type { LinkWire, MemberWire, SessionStatus } from '../../../common/control-api.js';
+import type { LinkWire, MemberNatClassWire, MemberWire, SessionStatus } from '../../../common/control-api.js';
+import { natClassText } from '../../../common/nat-text.js';
 import { estimateWidth, LABEL_FONTS, layerRangeText, layoutRing, NODE_RADIUS, type LabelFont, type LabelLine, type Measure, type PlacedLabel } from '../../../common/ring-layout.js';
 import { Card, formatMs } from '../ui.js';
 import { RecoveryHistory, RingBanner } from './recovery.js';
+import { edgeBetween, edgeDetail } from './topology-edge.js';
 
 interface Peer {
   peer: number;
@@ -20,6 +23,8 @@ interface Peer {
   kind: 'host' | 'member' | 'self' | 'out';
   /** Why a member is red: unreachable, evicted, left; null: fine. */
   trouble: 'unreachable' | 'evicted' | 'left' | null;
+  /** What the peer measured of its NAT; null: not reported (the host's own shows on the host's screen: status.host_nat). */
+  nat: MemberNatClassWire | null;
 }
 
 interface Node extends Peer {
@@ -93,13 +98,13 @@ function peers(status: SessionStatus): { ring: Peer[]; out: Peer[] } {
       const extra = [held.stage_ms !== null ? formatMs(held.stage_ms) : null, held.state === 'kept' ? 'kept' : null].filter((x) => x !== null);
       if (extra.length > 0) lines.push({ text: extra.join(' · '), font: 'detail' });
     } else if (peer === 0) lines.push({ text: 'head', font: 'detail' });
-    return { peer, name, lines, kind: peer === 0 ? 'host' : isSelf ? 'self' : 'member', trouble: t };
+    return { peer, name, lines, kind: peer === 0 ? 'host' : isSelf ? 'self' : 'member', trouble: t, nat: (peer === 0 && status.role === 'host' ? status.host_nat : byPeer.get(peer)?.nat) ?? null };
   });
   const inRing = new Set(ring.map((p) => p.peer));
   // Those who left on their own are not trouble: once the ring closed without them they are gone.
   const gone = status.members.filter((m) => !inRing.has(m.peer) && m.peer !== status.self_peer && (trouble(m) === 'unreachable' || trouble(m) === 'evicted'));
   const out = gone.map((m): Peer => ({
-    peer: m.peer, name: m.name, lines: [{ text: m.name, font: 'name' }, { text: trouble(m) ?? '', font: 'detail' }], kind: 'out', trouble: trouble(m),
+    peer: m.peer, name: m.name, lines: [{ text: m.name, font: 'name' }, { text: trouble(m) ?? '', font: 'detail' }], kind: 'out', trouble: trouble(m), nat: m.nat ?? null,
   }));
   return { ring, out };
 }
@@ -168,9 +173,18 @@ export function TopologyScreen({ status }: { status: SessionStatus }): ReactElem
           <circle cx={placed.cx} cy={placed.cy} r={placed.radius} className="ring-guide" />
           {edges.map(({ from, to, link, label }) => {
             const down = from.trouble !== null || to.trouble !== null;
-            const cls = `edge ${down ? 'down' : ''} ${link?.state ?? 'connecting'} ${link?.kind ?? ''}`;
+            // What the link runs over and what the planner predicted: the tooltip, and a mark where they differ.
+            const detail = edgeDetail(link, edgeBetween(status.plan?.edges, from.peer, to.peer));
+            const cls = `edge ${down ? 'down' : ''} ${link?.state ?? 'connecting'} ${link?.kind ?? ''}${detail.mismatch ? ' mismatch' : ''}`;
             return (
-              <g key={`${from.peer}-${to.peer}`} data-testid={`link-${Math.min(from.peer, to.peer)}-${Math.max(from.peer, to.peer)}`}>
+              <g
+                key={`${from.peer}-${to.peer}`}
+                data-testid={`link-${Math.min(from.peer, to.peer)}-${Math.max(from.peer, to.peer)}`}
+                {...(detail.actual !== null ? { 'data-actual': detail.actual } : {})}
+                {...(detail.predicted !== null ? { 'data-predicted': detail.predicted } : {})}
+                data-matched={detail.mismatch ? 'false' : detail.actual !== null && detail.predicted !== null ? 'true' : 'unknown'}
+              >
+                {detail.title !== null ? <title>{detail.title}</title> : null}
                 <line x1={from.x} y1={from.y} x2={to.x} y2={to.y} className={cls} />
                 {flowing && !down && link?.state === 'up' ? (
                   <line x1={from.x} y1={from.y} x2={to.x} y2={to.y} className="flow" style={flowStyle} data-testid="flow-dots" aria-hidden="true" />
@@ -189,7 +203,9 @@ export function TopologyScreen({ status }: { status: SessionStatus }): ReactElem
               transform={`translate(${n.x} ${n.y})`}
               data-testid={`node-${n.name}`}
               data-state={n.trouble ?? 'ring'}
+              {...(n.nat !== null ? { 'data-nat-mapping': n.nat.mapping ?? 'unknown', 'data-port-mapping': n.nat.port_mapping ?? 'none' } : {})}
             >
+              {n.nat !== null ? <title>{`${n.name} · NAT: ${natClassText(n.nat)}`}</title> : null}
               <circle r={NODE_RADIUS} />
               <text y={5} textAnchor="middle" className="node-initial">{n.name.slice(0, 1).toUpperCase()}</text>
               <LabelText label={n.label} dx={n.x} dy={n.y} />
@@ -200,6 +216,9 @@ export function TopologyScreen({ status }: { status: SessionStatus }): ReactElem
         <ul className="legend" aria-label="Legend">
           <li><span className="swatch direct" />direct link</li>
           <li><span className="swatch relayed" />relayed through the rendezvous</li>
+          {edges.some((e) => e.link !== undefined && edgeDetail(e.link, edgeBetween(status.plan?.edges, e.from.peer, e.to.peer)).mismatch) ? (
+            <li><span className="swatch mismatch" />not the kind the planner predicted (hover a link)</li>
+          ) : null}
           <li><span className="swatch flow" />tokens flowing</li>
           <li><span className="swatch out" />dropped out (unreachable, evicted)</li>
         </ul>

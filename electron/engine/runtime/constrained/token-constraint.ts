@@ -1,7 +1,7 @@
 // One request's constrained decoding: the automaton state of what it generated so far, the mask it
 // puts on each step's logits (disallowed tokens to -Infinity, end-of-generation only where the
 // grammar may end), and the advance by the sampled token. The generation loop calls it around the
-// sampler (runtime/generation.ts sampleNext), the same for the local batch and the ring's head.
+// sampler (runtime/generation-loop.ts sampleNext), the same for the local batch and the ring's head.
 // Vocabularies are prepared once per tokenizer, grammars once per schema (cached by hash).
 import { createHash } from 'node:crypto';
 import { KiwiError } from '../../errors.js';

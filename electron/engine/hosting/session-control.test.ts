@@ -1,7 +1,8 @@
-// The control API over real sockets: auth, validation, the static UI, SSE snapshots, and a host and
-// a member (two SessionControls on loopback) going through join, approve, pause and resume. Also:
-// a request naming no model hosts the built-in one, and wrong codes that lock the session's code
-// reach the host's status as its error. (A download's model_sha256: hosting/model-fetch.test.ts.)
+// SessionControl behind the control API, over real sockets: auth, validation, the static UI, SSE
+// snapshots, and a host and a member (two SessionControls on loopback) going through join, approve,
+// pause and resume. Also: a request naming no model hosts the built-in one, and wrong codes that
+// lock the session's code reach the host's status as its error. (A download's model_sha256:
+// model-fetch.test.ts.)
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,14 +11,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DeviceCard, SessionStatus, type ControlEvent } from '../../../common/control-api.js';
 import { runDeviceBench } from '../device/device-bench.js';
 import { defaultModelPath } from '../paths.js';
-import { HOST_PEER } from '../rendezvous/protocol.js';
 import { startRendezvous } from '../rendezvous/server.js';
-import { createHost, pakeAad, PAKE_ID_HOST, PAKE_ID_MEMBER } from '../session/host.js';
-import { RendezvousClient } from '../session/rendezvous-client.js';
+import { createHost } from '../session/host.js';
 import { codePassword, parseSessionCode } from '../session/session-code.js';
-import { passwordScalar, spake2Start } from '../session/spake2.js';
-import { startControlApi, type ControlApi } from './control-api.js';
-import { SessionControl, type HostingRequest, type StartHosting } from './control-api-source.js';
+import { passwordScalar } from '../session/spake2.js';
+import { startControlApi, type ControlApi } from '../server/control-api.js';
+import { wrongCodeGuess } from '../test-support/wrong-code-guess.js';
+import { SessionControl, type HostingRequest, type StartHosting } from './session-control.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
@@ -48,24 +48,6 @@ async function status(api: ControlApi): Promise<SessionStatus> {
   return SessionStatus.parse(await (await call(api, 'GET', '/status')).json());
 }
 
-/** One online guess of the code: claim, the key exchange for `w`, and a confirmation that cannot be right once answered. */
-async function wrongGuess(url: string, nameplate: number, w: bigint): Promise<'answered' | 'refused'> {
-  const c = await RendezvousClient.connect(url);
-  const closed = new Promise<void>((resolve) => c.once('close', () => resolve()));
-  c.on('server-error', () => undefined);
-  await c.claim(nameplate);
-  const pake = spake2Start({ role: 'A', w, idA: PAKE_ID_MEMBER, idB: PAKE_ID_HOST, aad: pakeAad(nameplate) });
-  const reply = new Promise<'answered' | 'refused'>((resolve) => {
-    c.once('from', () => resolve('answered'));
-    void closed.then(() => resolve('refused'));
-  });
-  c.send(HOST_PEER, { kind: 'pake', msg: Buffer.from(pake.message).toString('base64') });
-  const got = await reply;
-  if (got === 'answered') c.send(HOST_PEER, { kind: 'confirm', confirm: Buffer.alloc(32).toString('base64') });
-  // The host rejects the confirmation (or the claim): the rendezvous closes the connection.
-  await closed;
-  return got;
-}
 
 async function until<T>(what: string, read: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
   const started = Date.now();
@@ -271,11 +253,11 @@ describe('control API', () => {
     const code = parseSessionCode(hosting.code as string);
     const wrong = passwordScalar(codePassword({ ...code, words: [code.words[0] === 'apple' ? 'lemon' : 'apple', ...code.words.slice(1)] }), String(code.nameplate));
     // Real key exchanges with a wrong code, each answered by the host and failing its confirmation.
-    for (let i = 0; i < 3; i++) expect(await wrongGuess(rv.url, code.nameplate, wrong)).toBe('answered');
+    for (let i = 0; i < 3; i++) expect(await wrongCodeGuess(rv.url, code.nameplate, wrong)).toBe('answered');
     const locked = await until('the lock in the host\'s status', () => status(api), (s) => s.error !== null);
     expect(locked).toMatchObject({ role: 'host', error: { code: 'PAKE_LOCKED', message: expect.stringMatching(/3 attempts with a wrong code.*new session for a new code/) } });
     // The session goes on for the members it has; the next guess gets no answer.
-    expect(await wrongGuess(rv.url, code.nameplate, wrong)).toBe('refused');
+    expect(await wrongCodeGuess(rv.url, code.nameplate, wrong)).toBe('refused');
     expect((await status(api)).role).toBe('host');
   });
 

@@ -1,123 +1,24 @@
-// What the control API drives: the `ControlSource` interface (status snapshots, device card,
-// host / join / leave / pause / approve) and `SessionControl`, its implementation over the session
-// layer. It adapts a HostSession (createHost) or a MemberSession (joinSession) into the wire
-// snapshots of common/control-api.ts and announces every change; at most one session at a time.
-// The ring plugs its plan, assignment and timing in through `HostedSession.plan`/`watch` and
-// `SessionControlOptions.memberRing` (engine/hosting/ring-control.ts) without this file knowing how it runs;
-// a model given by URL is downloaded first through `SessionControlOptions.fetchModel` (hosting/model-fetch.ts).
+// SessionControl: the control API's ControlSource over the session layer. It adapts a HostSession
+// (a HostedSession from host-node.ts, or one `kiwi host` attaches) or a MemberSession (joined from
+// here, or one `kiwi join` attaches) into the wire snapshots of common/control-api.ts and announces
+// every change; at most one session at a time. The ring plugs its plan, assignment and timing in
+// through `HostedSession.plan`/`watch` and `SessionControlOptions.memberRing` (ring-control.ts,
+// member-node.ts) without this file knowing how it runs; a model given by URL is downloaded first
+// through `SessionControlOptions.fetchModel` (model-fetch.ts).
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import type {
-  ControlEvent, DeviceCard, DeviceSummary, DownloadWire, FlowWire, HostRequest, JoinRequest, LinkWire, MemberStateWire, MemberWire, PlanWire, RingStateWire, SessionStatus,
-} from '../../../common/control-api.js';
+import type { ControlEvent, DeviceCard, DownloadWire, HostRequest, JoinRequest, SessionStatus } from '../../../common/control-api.js';
 import type { DeviceBenchJson } from '../device/device-bench.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { ProgressRate } from '../progress-rate.js';
-import type { HostSession } from '../session/host.js';
+import type { ControlSource } from '../server/control-source.js';
 import { findOnLan } from '../session/lan-beacon.js';
 import type { Capabilities } from '../session/membership.js';
-import { generateIdentity, type MemberIdentity } from '../session/identity.js';
-import { MemberSession, type JoinOptions } from '../session/member.js';
+import { generateIdentity } from '../session/identity.js';
+import { MemberSession } from '../session/member.js';
 import { parseSessionCode } from '../session/session-code.js';
-
-export interface ControlSource {
-  status(): SessionStatus;
-  device(): DeviceCard;
-  /** Starts the device benchmark (no-op while one runs); progress arrives as events. */
-  bench(refresh: boolean): void;
-  /** Hosts a local file at once, or starts downloading `model_url` and hosts it once downloaded. */
-  host(req: HostRequest): Promise<void>;
-  /** Stops a running model download (its partial file stays for a later resume). */
-  cancelDownload(): void;
-  join(req: JoinRequest): Promise<void>;
-  leave(): Promise<void>;
-  pause(paused: boolean): Promise<void>;
-  decide(memberId: string, approve: boolean): void;
-  /** Every change as a full snapshot; returns the unsubscribe function. */
-  subscribe(listener: (event: ControlEvent) => void): () => void;
-}
-
-type WireError = { code: string; message: string };
-
-/** A hosted session as the control API sees it: the session, what it serves, its plan. */
-export interface HostedSession {
-  session: HostSession;
-  /** The model file the session serves (null: a session without a model yet). */
-  model: string | null;
-  serving: { url: string; model: string } | null;
-  /** The ring's plan, or why there is none; absent until the pipeline provides it. */
-  plan?: () => { plan: PlanWire | null; error: WireError | null };
-  /** The ring's phase, generation and recoveries; absent until the pipeline provides it. */
-  ringState?: () => RingStateWire | null;
-  /** Whether tokens flow around the ring now, and how fast. */
-  flow?: () => FlowWire | null;
-  /** Calls the listener whenever the plan or serving state changes (the ring forming, loading, failing). */
-  watch?: (listener: () => void) => void;
-  close(): Promise<void>;
-}
-
-/** A member's part of the ring (engine/hosting/ring-control.ts: memberRing), run while joined. */
-export interface MemberRing {
-  assignment(): SessionStatus['assignment'];
-  /** Whether this member's stage computes tokens now. */
-  flow(): FlowWire | null;
-  /** Asks the host to re-plan without this member; resolves once released (or after a timeout). */
-  handBack(): Promise<void>;
-  close(): Promise<void>;
-}
-
-/** What hosting starts from: a local model file (downloaded already when it came from `model_url`). */
-export type HostingRequest = Omit<HostRequest, 'model' | 'model_sha256'> & { model: string };
-export type StartHosting = (req: HostingRequest) => Promise<HostedSession>;
-
-export interface ModelFetchProgress {
-  receivedBytes: number;
-  totalBytes: number | undefined;
-  /** Recent speed; undefined until measured. */
-  bytesPerSecond: number | undefined;
-  resumed: boolean;
-}
-
-/** Downloads models given by URL into the cache (engine/hosting/model-fetch.ts). */
-export interface ModelFetcher {
-  /** The cached file's name for `url` (refuses a URL it cannot use). */
-  fileName(url: string): string;
-  /** The cached file's path, downloaded (or resumed) first unless complete already; `sha256`: the file's expected one (hex). */
-  fetch(url: string, onProgress: (p: ModelFetchProgress) => void, signal: AbortSignal, sha256?: string): Promise<string>;
-}
-export type RunBench = (onProgress: (message: string) => void, signal: AbortSignal) => Promise<DeviceBenchJson>;
-
-export interface SessionControlOptions {
-  /** How this machine hosts (createHost + serving); without it hosting is refused. */
-  startHosting?: StartHosting;
-  /** How a model given by URL reaches the cache; without it only local files can be hosted. */
-  fetchModel?: ModelFetcher;
-  /** The model hosted when a request names none (the embedded stories260K: paths.ts defaultModelPath); without it such a request is refused. */
-  defaultModel?: string | undefined;
-  runBench?: RunBench;
-  /** Defaults for joining: name, direct-link listener, heartbeat. */
-  join?: Partial<Pick<JoinOptions, 'listenHost' | 'heartbeatMs' | 'reconnectDelayMs' | 'identity'>> & { name?: string };
-  /** Where to listen for a host's LAN announcement when a join names no rendezvous. */
-  lan?: { port?: number; timeoutMs?: number };
-  /** This member's assignment and stage timing, once the pipeline has one (overrides `memberRing`'s). */
-  assignment?: () => SessionStatus['assignment'];
-  /** Runs this member's part of the ring for each joined session; its assignment shows in status(). */
-  memberRing?: (session: MemberSession, onChange: () => void) => MemberRing;
-  /** Coalesces bursts of changes into one snapshot (ms). */
-  coalesceMs?: number;
-}
-
-interface Joined {
-  member: MemberSession | undefined;
-  ring: MemberRing | undefined;
-  req: JoinRequest & { rendezvous: string };
-  memberId: string | undefined;
-  /** Without opts.join.identity: the key made for this join, kept across pause and resume. */
-  identity?: MemberIdentity;
-  phase: SessionStatus['phase'];
-}
-
-const IDLE_DEVICE: DeviceCard = { state: 'idle', progress: null, fraction: null, summary: null, error: null };
+import type { HostedSession, HostingRequest, MemberRing, SessionControlOptions, StartHosting, WireError } from './control-hooks.js';
+import { deviceSummary, IDLE_DEVICE, progressFraction, sessionStatus, type Joined } from './control-status.js';
 
 export class SessionControl implements ControlSource {
   private readonly events = new EventEmitter<{ event: [ControlEvent] }>();
@@ -167,40 +68,7 @@ export class SessionControl implements ControlSource {
   }
 
   status(): SessionStatus {
-    const base: SessionStatus = {
-      role: 'none', phase: 'idle', paused: false, code: null, rendezvous: null, self_peer: null, model: null,
-      members: [], ring: [], links: [], plan: null, plan_error: null, assignment: null, ring_state: null, flow: null, download: this.download,
-      serving: null, error: this.lastError,
-    };
-    if (this.hosted !== undefined) {
-      const s = this.hosted.session.status();
-      const plan = this.hosted.plan?.() ?? { plan: null, error: null };
-      return {
-        ...base, role: 'host', phase: 'active', code: s.code, rendezvous: s.rendezvousUrl, self_peer: 0, model: this.hosted.model,
-        members: s.members.map((m): MemberWire => ({
-          member_id: m.memberId, name: m.name, fingerprint: m.fingerprint, peer: m.peer, state: m.state, connected: m.connected, in_ring: s.ring.includes(m.peer), addresses: [...m.addresses],
-          ...capabilityFigures(m.capabilities),
-        })),
-        ring: s.ring,
-        links: s.links.map((l): LinkWire => ({ a: l.a, b: l.b, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
-        plan: plan.plan, plan_error: plan.error, serving: this.hosted.serving,
-        ring_state: this.hosted.ringState?.() ?? null, flow: this.hosted.flow?.() ?? null,
-      };
-    }
-    if (this.joined !== undefined) {
-      const j = this.joined;
-      const self = j.member?.peer ?? null;
-      return {
-        ...base, role: 'member', phase: j.phase, paused: j.phase === 'paused', code: j.req.code, rendezvous: j.req.rendezvous === '' ? null : j.req.rendezvous, self_peer: self,
-        self_fingerprint: j.member?.fingerprint ?? null,
-        // The host's roster names everyone, so the member's ring shows names, not peer numbers.
-        members: (j.member?.roster() ?? []).map((r) => rosterMember(r)),
-        links: self === null ? [] : (j.member?.linkStatuses() ?? []).map((l): LinkWire => ({ a: self, b: l.peer, state: l.state, kind: l.kind ?? null, rtt_ms: l.rttMs ?? null })),
-        assignment: j.phase === 'active' ? (this.opts.assignment?.() ?? j.ring?.assignment() ?? null) : null,
-        flow: j.phase === 'active' ? (j.ring?.flow() ?? null) : null,
-      };
-    }
-    return base;
+    return sessionStatus({ hosted: this.hosted, joined: this.joined, download: this.download, error: this.lastError, assignment: this.opts.assignment });
   }
 
   /** Shows an already running host (`kiwi host --ui-port`) instead of starting one. */
@@ -517,46 +385,4 @@ export class SessionControl implements ControlSource {
   }
 }
 
-/** "memory bandwidth: round 3/8: ..." → 3/8 of the bandwidth part. */
-export function progressFraction(message: string): number | null {
-  const m = /round (\d+)\/(\d+)/.exec(message);
-  if (m === null) return null;
-  const total = Number(m[2]);
-  return total > 0 ? Math.min(1, Number(m[1]) / total) : null;
-}
-
-export function deviceSummary(r: DeviceBenchJson): DeviceSummary {
-  return {
-    hostname: r.host.hostname,
-    platform: `${r.host.platform} ${r.host.arch}`,
-    cpu: r.cpu.model,
-    cores: r.cpu.cores,
-    memory_total_bytes: r.memory.total_bytes,
-    memory_available_bytes: r.memory.available_bytes,
-    gpus: r.gpus.map((g) => ({ name: g.name, vendor: g.vendor, vram_total_bytes: g.vram_total_bytes, vram_free_bytes: g.vram_free_bytes })),
-    providers: r.execution_providers.filter((p) => p.works).map((p) => p.name),
-    host_bandwidth_gbps: r.bandwidth.host_gbps,
-    provider_bandwidth: r.bandwidth.providers.map((p) => ({ provider: p.provider, gbps: p.gbps })),
-    measured_at: r.measured_at,
-    cached: r.cached,
-  };
-}
-
-const MEMBER_STATES: ReadonlySet<string> = new Set<MemberStateWire>(['pending', 'active', 'soft-evicted', 'evicted', 'left', 'rejected']);
-
-/** A roster entry (what the host tells members about each other) as the wire's member. */
-function rosterMember(r: { peer: number; name: string; state: string; inRing: boolean; connected?: boolean }): MemberWire {
-  const state = MEMBER_STATES.has(r.state) ? (r.state as MemberStateWire) : 'active';
-  return {
-    member_id: `peer-${r.peer}`, name: r.name, peer: r.peer, state, connected: r.connected ?? state === 'active', in_ring: r.inRing,
-    addresses: [], memory_bytes: null, bandwidth_gbps: null,
-  };
-}
-
-/** Memory and bandwidth from a member's reported benchmark (untrusted shape: read defensively). */
-function capabilityFigures(c: Capabilities | undefined): Pick<MemberWire, 'memory_bytes' | 'bandwidth_gbps'> {
-  const fleet = c?.fleet_device;
-  const f = typeof fleet === 'object' && fleet !== null ? (fleet as Record<string, unknown>) : {};
-  const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
-  return { memory_bytes: num(f.memory_bytes), bandwidth_gbps: num(f.bandwidth_gbps) };
-}
+export type { HostedSession, HostingRequest, MemberRing, ModelFetcher, ModelFetchProgress, RunBench, SessionControlOptions, StartHosting } from './control-hooks.js';

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'vitest';
 import onnxProto from 'onnx-proto';
-import { createStageSession, f32Tensor } from '../ort-session.js';
+import { createStageSession, f32Tensor } from './session.js';
 import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from './onnx-graph.js';
 
 const { onnx } = onnxProto;

@@ -1,11 +1,12 @@
-// The one module that talks to onnxruntime-node: picks the execution provider (CUDA, DirectML,
-// else CPU, or an explicit override), tunes the CPU path, creates sessions and runs them.
-// Everything else in the engine sees plain typed arrays and `OrtValue`s from here. The session
-// runs here, in-thread; ort-worker-session.ts runs the same session on a worker thread.
+// The engine's onnxruntime session factory (ort/ is the one owner of onnxruntime-node): picks the
+// execution provider (CUDA, DirectML, else CPU, or an explicit override), tunes the CPU path,
+// creates sessions and runs them. Everything else in the engine sees plain typed arrays and
+// `OrtValue`s from here. The session runs here, in-thread; runtime/ort-worker-session.ts runs the
+// same session on a worker thread.
 import * as ort from 'onnxruntime-node';
 import os from 'node:os';
-import { providerLibraryInstalled } from '../device/execution-providers.js';
 import { KiwiError } from '../errors.js';
+import { providerLibraryInstalled } from './providers.js';
 
 export type ExecutionProvider = 'cuda' | 'dml' | 'cpu';
 

@@ -1,0 +1,124 @@
+import { describe, expect, it } from 'vitest';
+import type { MemberView, SessionStatus } from '../session/host.js';
+import { AUTO_WIRE_POLICY, EXACT_WIRE_POLICY, type WirePolicy } from './link-wire.js';
+import {
+  assignRing, bytesMoved, hostBlocks, hostStageReady, isRingPair, peerFaultAccepted, ringLoad, ringMemberIds, stageReported, type StageStatus,
+} from './ring-assignment.js';
+import type { RingStage } from './session-fleet.js';
+
+const member = (peer: number): MemberView => ({
+  memberId: `id${peer}`, name: `m${peer}`, fingerprint: 'abcd-0000', peer, state: 'active', connected: true, addresses: [], lastSeenMs: 0, capabilities: undefined,
+});
+const stage = (peer: number, start: number, end: number): RingStage => ({ peer, start, end, head: peer === 0 });
+type Links = SessionStatus['links'];
+const link = (a: number, b: number, kind: 'direct' | 'relayed', throughputMBps?: number): Links[number] => ({ a, b, state: 'up', kind, rttMs: 2, ...(throughputMBps !== undefined ? { throughputMBps } : {}) });
+const ringLinks = (peers: number[], kind: 'direct' | 'relayed' = 'direct'): Links => peers.map((p, i) => link(p, peers[(i + 1) % peers.length]!, kind, 1000));
+const model = { fingerprint: 'f'.repeat(64), name: 'm.gguf', fileBytes: 1234 };
+
+function assign(order: RingStage[], links: Links, wirePolicy: WirePolicy = EXACT_WIRE_POLICY) {
+  return assignRing({ epoch: 3, order, members: order.slice(1).map((s) => member(s.peer)), links, hidden: 64, wirePolicy, hostName: 'host', model, maxPositions: 256 });
+}
+
+/** Each member's message as `id: [start,end) prev>next send/zstd receive/zstd`. */
+function messages(a: ReturnType<typeof assign>): string[] {
+  return a.assigns.map(({ memberId, message: m }) => `${memberId}: [${m.start},${m.end}) ${m.prev}>${m.next} ${m.encoding}${m.zstd ? '+z' : ''} in ${m.receive.tensor}${m.receive.zstd ? '+z' : ''}`);
+}
+
+describe('assignRing', () => {
+  it.each<[string, RingStage[], Links, WirePolicy, string[], string]>([
+    ['two members after the host\'s blocks', [stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)], ringLinks([0, 1, 2]), EXACT_WIRE_POLICY,
+      ['id1: [2,5) 0>2 f32 in f32', 'id2: [5,8) 1>0 f32 in f32'], '1..2 f32 in f32'],
+    ['three members', [stage(0, 0, 2), stage(1, 2, 4), stage(2, 4, 6), stage(3, 6, 8)], ringLinks([0, 1, 2, 3]), EXACT_WIRE_POLICY,
+      ['id1: [2,4) 0>2 f32 in f32', 'id2: [4,6) 1>3 f32 in f32', 'id3: [6,8) 2>0 f32 in f32'], '1..3 f32 in f32'],
+    ['head only on the host: the first member embeds token ids', [stage(0, 0, 0), stage(1, 0, 4), stage(2, 4, 8)], ringLinks([0, 1, 2]), EXACT_WIRE_POLICY,
+      ['id1: [0,4) 0>2 f32 in ids', 'id2: [4,8) 1>0 f32 in f32'], '1..2 f32 in f32'],
+    ['the ids into an embedding member take the host link\'s zstd', [stage(0, 0, 0), stage(1, 0, 4), stage(2, 4, 8)], ringLinks([0, 1, 2]), { activations: 'f16', zstd: 'on' },
+      ['id1: [0,4) 0>2 f16+z in ids+z', 'id2: [4,8) 1>0 f16+z in f16+z'], '1..2 f16+z in f16+z'],
+    ['one member with the host', [stage(0, 0, 3), stage(1, 3, 8)], [link(0, 1, 'direct', 1000)], EXACT_WIRE_POLICY,
+      ['id1: [3,8) 0>0 f32 in f32'], '1..1 f32 in f32'],
+    ['auto: each link gets its own wire, the next stage receives it', [stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)],
+      [link(0, 1, 'direct', 1000), link(1, 2, 'relayed', 0.5), link(2, 0, 'direct', 1000)], AUTO_WIRE_POLICY,
+      ['id1: [2,5) 0>2 int8+z in f32', 'id2: [5,8) 1>0 f32 in int8+z'], '1..2 f32 in f32'],
+    ['auto: a link nobody measured is taken at its kind\'s default', [stage(0, 0, 2), stage(1, 2, 8)],
+      [{ a: 0, b: 1, state: 'up', kind: 'relayed', rttMs: 30 }], AUTO_WIRE_POLICY,
+      ['id1: [2,8) 0>0 int8 in int8'], '1..1 int8 in int8'],
+  ])('%s', (_name, order, links, policy, expected, engine) => {
+    const a = assign(order, links, policy);
+    expect(messages(a)).toEqual(expected);
+    const e = a.engine;
+    expect(`${e.firstPeer}..${e.lastPeer} ${e.wire.encoding}${e.wire.zstd ? '+z' : ''} in ${e.receive.tensor}${e.receive.zstd ? '+z' : ''}`).toBe(engine);
+  });
+
+  it('gives every message the epoch, the model and the context', () => {
+    const a = assign([stage(0, 0, 2), stage(1, 2, 8)], ringLinks([0, 1]));
+    expect(a.assigns[0]!.message).toMatchObject({ kind: 'assign', epoch: 3, model, maxPositions: 256 });
+  });
+
+  it('lists the host loading and each member assigned, with the wire it sends', () => {
+    const a = assign([stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)], ringLinks([0, 1, 2]));
+    expect([...a.stages.values()].map((s) => `${s.peer} ${s.name} ${s.start}-${s.end} ${s.head ? 'head ' : ''}${s.state} ${s.wire?.encoding}`)).toEqual([
+      '0 host 0-2 head loading f32', '1 m1 2-5 assigned f32', '2 m2 5-8 assigned f32',
+    ]);
+    expect([...a.memberPeers]).toEqual([['id1', 1], ['id2', 2]]);
+    expect(ringMemberIds([stage(0, 0, 2), stage(2, 2, 5), stage(1, 5, 8)], [member(1), member(2)])).toEqual(['id2', 'id1']);
+  });
+});
+
+describe('kept stages and loaded ones', () => {
+  it.each<[string, number, number | undefined, ReturnType<typeof hostBlocks>, StageStatus['state'], StageStatus['source']]>([
+    ['the host runs no blocks', 0, 4, 'none', 'ready', 'local'],
+    ['the host keeps the blocks it runs', 4, 4, 'keep', 'kept', 'kept'],
+    ['the host opens a range that changed', 3, 4, 'open', 'ready', 'local'],
+    ['the host opens its first range', 4, undefined, 'open', 'ready', 'local'],
+  ])('%s', (_name, end, runningEnd, blocks, state, source) => {
+    expect(hostBlocks(end, runningEnd)).toBe(blocks);
+    const host: StageStatus = { peer: 0, name: 'host', start: 0, end, head: true, state: 'loading' };
+    expect(hostStageReady(host, blocks)).toMatchObject({ state, source });
+  });
+
+  const assigned: StageStatus = { peer: 1, name: 'm1', start: 2, end: 5, head: false, state: 'assigned' };
+  it.each<[string, Parameters<typeof stageReported>[1], Partial<StageStatus>]>([
+    ['a member that took its assignment loads', { kind: 'assigned', epoch: 1, start: 2, end: 5 }, { state: 'loading' }],
+    ['a member that kept its stage is kept', { kind: 'ready', epoch: 1, source: 'kept', transferredBytes: 0, loadMs: 1 }, { state: 'kept', source: 'kept', transferredBytes: 0 }],
+    ['a member that received weights is ready', { kind: 'ready', epoch: 1, source: 'host', transferredBytes: 900, loadMs: 40 }, { state: 'ready', source: 'host', transferredBytes: 900, loadMs: 40 }],
+    ['a member that could not load failed', { kind: 'failed', epoch: 1, code: 'X', message: 'disk full' }, { state: 'failed' }],
+  ])('%s', (_name, report, expected) => {
+    expect(stageReported(assigned, report)).toMatchObject(expected);
+    expect(assigned.state).toBe('assigned');
+  });
+
+  it('is ready once every stage is ready or kept, and counts only the bytes that moved', () => {
+    const s = (peer: number, state: StageStatus['state'], source?: StageStatus['source'], transferredBytes?: number): [number, StageStatus] =>
+      [peer, { peer, name: `m${peer}`, start: 0, end: 1, head: false, state, ...(source ? { source } : {}), ...(transferredBytes !== undefined ? { transferredBytes } : {}) }];
+    const ready = new Map([s(0, 'kept', 'kept'), s(1, 'ready', 'host', 100), s(2, 'ready', 'url', 20), s(3, 'kept', 'kept', 7), s(4, 'ready', 'cache', 50)]);
+    expect(ringLoad(ready)).toEqual({ failed: undefined, ready: true });
+    expect(bytesMoved(ready)).toBe(120);
+    expect(ringLoad(new Map([s(0, 'ready', 'local'), s(1, 'loading')]))).toEqual({ failed: undefined, ready: false });
+    expect(ringLoad(new Map([s(0, 'ready', 'local'), s(1, 'failed')])).failed?.peer).toBe(1);
+  });
+});
+
+describe('ring neighbours', () => {
+  const order = [stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)];
+  it.each<[string, number, number, boolean]>([
+    ['host to the first member', 0, 1, true],
+    ['either direction', 2, 1, true],
+    ['the last member back to the host', 2, 0, true],
+    ['a peer outside the ring', 1, 3, false],
+  ])('%s', (_name, a, b, expected) => {
+    expect(isRingPair(order, a, b)).toBe(expected);
+  });
+
+  const ring = { epoch: 4, order: [stage(0, 0, 2), stage(1, 2, 4), stage(2, 4, 6), stage(3, 6, 8)] };
+  it.each<[string, number | undefined, { epoch: number; peer: number; fault: 'malformed' | 'numeric' }, boolean]>([
+    ['a member reports its previous stage', 2, { epoch: 4, peer: 1, fault: 'malformed' }, true],
+    ['a member may not report a stage that does not feed it', 3, { epoch: 4, peer: 1, fault: 'malformed' }, false],
+    ['a report about an earlier ring is stale', 2, { epoch: 3, peer: 1, fault: 'malformed' }, false],
+    ['nobody reports the host', 1, { epoch: 4, peer: 0, fault: 'malformed' }, false],
+    ['a member reports NaN it produced itself', 2, { epoch: 4, peer: 2, fault: 'numeric' }, true],
+    ['but not malformed data of its own', 2, { epoch: 4, peer: 2, fault: 'malformed' }, false],
+    ['a peer not in the ring reports nothing', undefined, { epoch: 4, peer: 1, fault: 'malformed' }, false],
+  ])('%s', (_name, reporter, report, expected) => {
+    expect(peerFaultAccepted(ring, reporter, report)).toBe(expected);
+  });
+});

@@ -1,0 +1,224 @@
+// The assignment step, pure: a planned ring order becomes each stage's status, each link's wire
+// and the assign message each member gets under one epoch (what SessionHost sends before the
+// weights); the plan's inputs come from the ring being served, so a re-plan keeps what devices
+// hold; members' reports about their stage become its next status. Invariant: a stage's `receive`
+// is what its previous stage sends (token ids into the first member when the host runs no blocks).
+import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
+import type { PlanJson } from '../planner/plan-json.js';
+import type { MemberView, SessionStatus } from '../session/host.js';
+import type { ActivationEncoding, WireOptions } from '../transport/tensor-frame.js';
+import { chooseLinkWire, type WirePolicy } from './link-wire.js';
+import type { Assign, MemberToHostBody } from './ring-protocol.js';
+import { planRing, type RingStage } from './session-fleet.js';
+
+export interface StageStatus {
+  peer: number;
+  name: string;
+  start: number;
+  end: number;
+  head: boolean;
+  /** kept: ready with the stage it already ran (same layers as before the re-plan). */
+  state: 'assigned' | 'loading' | 'ready' | 'kept' | 'failed';
+  source?: 'local' | 'cache' | 'url' | 'host-http' | 'host' | 'kept';
+  /** How this stage encodes the activations it sends on to the next one. */
+  wire?: WireOptions;
+  transferredBytes?: number;
+  loadMs?: number;
+}
+
+type SessionLinks = SessionStatus['links'];
+
+/** The ring being served, as far as planning the next one needs it. */
+export interface ServedOrder {
+  /** Stages in ring order, the host's first. */
+  order: readonly RingStage[];
+  /** The member of each stage after the host's. */
+  memberIds: readonly string[];
+}
+
+export interface RingPlanInput {
+  /** Members the plan may use (eligible, within their budgets); their capabilities and addresses predict their links' kinds. */
+  members: readonly MemberView[];
+  /** Memory members asked to be planned with (short of free memory), by member id. */
+  memoryLimits: ReadonlyMap<string, number>;
+  serving: ServedOrder | undefined;
+  model: ModelSizes;
+  context: number;
+  concurrency: number;
+  hostName: string;
+  hostDevice: Omit<DeviceSpec, 'name'>;
+  /** The host's own NAT toward its rendezvous, as members report theirs (session/nat-report.ts); absent: treated as permissive. */
+  hostCapabilities?: Readonly<Record<string, unknown>> | undefined;
+  links: SessionLinks;
+}
+
+/**
+ * Plans the ring over `members` with the host first. What each device holds now (its stage in the
+ * ring being served) goes in as `holds`: a re-plan keeps it where the bottleneck stays within the
+ * planner's margin (planner/moves.ts), so less moves. Throws PLAN_INSUFFICIENT_MEMORY.
+ */
+export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: RingStage[] } {
+  const held = new Map<string, { start: number; end: number }>();
+  const serving = input.serving;
+  if (serving !== undefined) {
+    serving.memberIds.forEach((id, i) => {
+      const s = serving.order[i + 1];
+      if (s !== undefined && s.end > s.start) held.set(id, { start: s.start, end: s.end });
+    });
+  }
+  const host = serving?.order[0];
+  const hostHeld = host !== undefined && host.end > host.start ? [{ start: host.start, end: host.end }] : undefined;
+  const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
+  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }> } => {
+    const h = held.get(m.memberId);
+    return h !== undefined ? { holds: [h] } : {};
+  };
+  const { plan, stages } = planRing({
+    model: input.model,
+    context: input.context,
+    concurrency: input.concurrency,
+    devices: [
+      { peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}) },
+      ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m) })),
+    ],
+    fallback: input.hostDevice,
+    links: input.links,
+  });
+  return { plan, order: stages };
+}
+
+/** The member of each stage after the host's, in ring order. */
+export function ringMemberIds(order: readonly RingStage[], members: readonly MemberView[]): string[] {
+  const byPeer = new Map(members.map((m) => [m.peer, m]));
+  return order.slice(1).map((s) => byPeer.get(s.peer)!.memberId);
+}
+
+/** Whether `a` and `b` are neighbours in the ring (their link carries its activations). */
+export function isRingPair(order: readonly RingStage[], a: number, b: number): boolean {
+  const peers = order.map((s) => s.peer);
+  return peers.some((p, i) => {
+    const q = peers[(i + 1) % peers.length]!;
+    return (p === a && q === b) || (p === b && q === a);
+  });
+}
+
+export interface AssignmentInput {
+  epoch: number;
+  /** Stages in ring order, the host's first (it always holds the head). */
+  order: readonly RingStage[];
+  /** The members planned: every stage after the host's is one of them. */
+  members: readonly MemberView[];
+  /** The session's links once they are up and measured. */
+  links: SessionLinks;
+  /** The model's hidden size (elements per token on a link). */
+  hidden: number;
+  wirePolicy: WirePolicy;
+  hostName: string;
+  model: Assign['model'];
+  maxPositions: number;
+}
+
+export interface RingAssignment {
+  /** By peer, the host (0) first: the host's stage is loading, the members' assigned. */
+  stages: Map<number, StageStatus>;
+  /** Each member's peer in this ring. */
+  memberPeers: Map<string, number>;
+  /** The messages to send, in ring order. */
+  assigns: Array<{ memberId: string; stage: RingStage; message: Assign }>;
+  /** The host engine's ends: whom it sends to and how, whom it hears from and what that link carries. */
+  engine: { firstPeer: number; lastPeer: number; wire: WireOptions; receive: { tensor: ActivationEncoding; zstd: boolean } };
+}
+
+/** Each stage's outgoing link gets its own encoding, from that link's kind and measured throughput. */
+export function assignRing(input: AssignmentInput): RingAssignment {
+  const { order, links } = input;
+  const frame = { hidden: input.hidden, decodeBatch: 1, prefillTokens: 128 };
+  const wireOut = (i: number): WireOptions => {
+    const [a, b] = [order[i]!.peer, order[(i + 1) % order.length]!.peer];
+    const l = links.find((x) => (x.a === a && x.b === b) || (x.a === b && x.b === a));
+    return chooseLinkWire({ kind: l?.kind, rttMs: l?.rttMs, ...(l?.throughputMBps !== undefined ? { throughputMBps: l.throughputMBps } : {}) }, frame, input.wirePolicy);
+  };
+  const memberByPeer = new Map(input.members.map((m) => [m.peer, m]));
+  const hostRange = order[0]!;
+  const stages = new Map<number, StageStatus>();
+  const memberPeers = new Map<string, number>();
+  stages.set(0, { peer: 0, name: input.hostName, start: hostRange.start, end: hostRange.end, head: true, state: 'loading', wire: wireOut(0) });
+  for (const [i, s] of order.entries()) {
+    if (i === 0) continue;
+    const m = memberByPeer.get(s.peer)!;
+    memberPeers.set(m.memberId, s.peer);
+    stages.set(s.peer, { peer: s.peer, name: m.name, start: s.start, end: s.end, head: false, state: 'assigned', wire: wireOut(i) });
+  }
+  const wireOf = (peer: number): WireOptions => stages.get(peer)!.wire!;
+  const assigns = order.slice(1).map((s, k) => {
+    const i = k + 1;
+    const prev = order[i - 1]!.peer;
+    const message: Assign = {
+      kind: 'assign', epoch: input.epoch, start: s.start, end: s.end,
+      prev, next: order[(i + 1) % order.length]!.peer,
+      ...wireOf(s.peer),
+      // The first member embeds when the host runs no blocks: it receives token ids.
+      receive: i === 1 && hostRange.end === 0 ? { tensor: 'ids', zstd: wireOf(0).zstd } : { tensor: wireOf(prev).encoding, zstd: wireOf(prev).zstd },
+      model: input.model,
+      maxPositions: input.maxPositions,
+    };
+    return { memberId: memberByPeer.get(s.peer)!.memberId, stage: s, message };
+  });
+  const last = order[order.length - 1]!.peer;
+  return {
+    stages,
+    memberPeers,
+    assigns,
+    engine: { firstPeer: order[1]!.peer, lastPeer: last, wire: wireOf(0), receive: { tensor: wireOf(last).encoding, zstd: wireOf(last).zstd } },
+  };
+}
+
+/**
+ * The host's own blocks [0, end) for the new ring: none (the first member embeds), the stage it
+ * runs already when its range did not change (kept), or a new one to open.
+ */
+export function hostBlocks(end: number, runningEnd: number | undefined): 'none' | 'keep' | 'open' {
+  if (end === 0) return 'none';
+  return runningEnd === end ? 'keep' : 'open';
+}
+
+/** The host stage's status once its blocks are in place. */
+export function hostStageReady(stage: StageStatus, blocks: 'none' | 'keep' | 'open'): StageStatus {
+  return { ...stage, state: blocks === 'keep' ? 'kept' : 'ready', source: blocks === 'keep' ? 'kept' : 'local' };
+}
+
+type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'ready' | 'failed' }>;
+
+/** A member's stage after its report: loading once it took the assignment, ready or kept once loaded, or failed. */
+export function stageReported(stage: StageStatus, report: StageReport): StageStatus {
+  switch (report.kind) {
+    case 'assigned':
+      return { ...stage, state: 'loading' };
+    case 'ready':
+      return { ...stage, state: report.source === 'kept' ? 'kept' : 'ready', source: report.source, transferredBytes: report.transferredBytes, loadMs: report.loadMs };
+    case 'failed':
+      return { ...stage, state: 'failed' };
+  }
+}
+
+/** Whether every stage of the ring being built is ready (or kept), or the first that failed. */
+export function ringLoad(stages: ReadonlyMap<number, StageStatus>): { failed: StageStatus | undefined; ready: boolean } {
+  const all = [...stages.values()];
+  return { failed: all.find((s) => s.state === 'failed'), ready: all.every((s) => s.state === 'ready' || s.state === 'kept') };
+}
+
+/** Weight bytes members received (from the host or the model's URL) to load their ranges. */
+export function bytesMoved(stages: ReadonlyMap<number, StageStatus>): number {
+  return [...stages.values()].reduce((n, s) => n + (s.source === 'host' || s.source === 'host-http' || s.source === 'url' ? (s.transferredBytes ?? 0) : 0), 0);
+}
+
+/**
+ * Whether the ring takes a member's peer-fault report: about the ring served (its epoch), naming
+ * the reporter's previous stage (or itself, for NaN it produced), never the host.
+ */
+export function peerFaultAccepted(ring: { epoch: number; order: readonly RingStage[] } | undefined, reporter: number | undefined, report: { epoch: number; peer: number; fault: 'malformed' | 'numeric' }): boolean {
+  const order = ring?.order.map((s) => s.peer) ?? [];
+  const at = reporter === undefined ? -1 : order.indexOf(reporter);
+  const prev = at > 0 ? order[at - 1] : undefined;
+  return report.epoch === ring?.epoch && (report.peer === prev || (report.fault === 'numeric' && report.peer === reporter)) && report.peer !== 0;
+}

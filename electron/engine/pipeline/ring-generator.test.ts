@@ -1,0 +1,215 @@
+// The RingGenerator in one process: the host's RingEngine (its own blocks 0-2 and the head) and one
+// member running the real Stage of blocks 2-5 of stories260K, over real secure links on an
+// in-memory link pair. The member's end is a few lines of the ring protocol (decode the step, run
+// the stage on the request's caches, send the hidden states on); the real RingMember, with its
+// assignments and weights, is covered by the ring process tests. What is tested here is the
+// generator: steps in flight, and holding and resuming requests across a ring that broke.
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { isKiwiError, KiwiError } from '../errors.js';
+import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
+import { testModelPath } from '../model/test-models.js';
+import { createTokenizer, type Tokenizer } from '../model/tokenizer/tokenizer.js';
+import { modelShapeFromGguf, type ModelShape } from '../runtime/decoder-shape.js';
+import { generate } from '../runtime/generation.js';
+import type { GenerateParams } from '../runtime/generation-loop.js';
+import { KvBlockPool } from '../runtime/kv-pool.js';
+import { DEFAULT_SAMPLING, Sampler } from '../runtime/sampling.js';
+import { buildStageChain, type StageChain } from '../runtime/stage-chain.js';
+import { Stage, type KvCache } from '../runtime/stage.js';
+import { createMemoryLinkPair } from '../transport/link.js';
+import { openSecureLink, type SecureLink } from '../transport/secure-link.js';
+import { decodeStepFrame, encodeStepFrame } from '../transport/tensor-frame.js';
+import { RingEngine } from './ring-engine.js';
+import { decodeRingEvent, encodeRingStep, parseStepMetadata, RingKind } from './ring-protocol.js';
+import { RingGenerator } from './ring-generator.js';
+
+const PROMPTS = ['Once upon a time', 'The cat sat', 'Tom had a red ball and'];
+const WIRE = { encoding: 'f32', zstd: false } as const;
+
+let file: GgufFile;
+let shape: ModelShape;
+let tok: Tokenizer;
+let whole: StageChain;
+let first: Stage;
+let middle: Stage;
+let head: Stage;
+/** Each prompt's ids from the undivided model, alone. */
+const alone: number[][] = [];
+
+beforeAll(async () => {
+  file = await openGguf(await testModelPath('stories260K.gguf'));
+  shape = await modelShapeFromGguf(file, { maxPositions: 128 });
+  tok = createTokenizer(file.metadata);
+  whole = await buildStageChain(file, shape, [{ start: 0, end: shape.blockCount }], { threads: 1 });
+  for (const p of PROMPTS) alone.push((await generate(whole, params(p))).ids);
+  first = await Stage.open(file, shape, { start: 0, end: 2, head: false }, { threads: 1 });
+  middle = await Stage.open(file, shape, { start: 2, end: shape.blockCount, head: false }, { threads: 1 });
+  head = await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, { threads: 1 });
+}, 60_000);
+afterAll(async () => {
+  await Promise.all([whole?.dispose(), first?.dispose(), middle?.dispose(), head?.dispose()]);
+});
+
+function params(prompt: string, o: Partial<GenerateParams> = {}): GenerateParams {
+  return {
+    promptIds: tok.encode(prompt),
+    maxTokens: 20,
+    sampler: new Sampler(DEFAULT_SAMPLING),
+    isEndOfGeneration: (id) => tok.isEndOfGeneration(id),
+    decoder: tok.createStreamDecoder(),
+    ...o,
+  };
+}
+
+interface Ring {
+  engine: RingEngine;
+  /** The member's end of its link to the host. */
+  member: SecureLink;
+  /** Errors of the member's steps other than those of a closed link. */
+  failures: unknown[];
+}
+
+/** A ring of epoch `epoch`: the host's engine and a member that runs `middle` on caches of its own. */
+async function ring(epoch: number): Promise<Ring> {
+  const [a, b] = createMemoryLinkPair();
+  const secret = { secret: randomBytes(32), context: 'ring|generator' };
+  const [hostEnd, member] = await Promise.all([openSecureLink(a, { role: 'initiator', secret }), openSecureLink(b, { role: 'responder', secret })]);
+  const engine = new RingEngine({ link: (peer) => (peer === 1 ? hostEnd : undefined) }, { epoch, first, head, firstPeer: 1, lastPeer: 1, wire: WIRE, receive: { tensor: 'f32', zstd: false } });
+  engine.attach(1);
+  const failures: unknown[] = [];
+  const caches = new Map<number, KvCache>();
+  let queue = Promise.resolve();
+  member.onMessage((bytes) => {
+    const msg = bytes.slice();
+    // One step at a time, in arrival order, as a member runs them.
+    queue = queue
+      .then(async () => {
+        if (msg[0] === RingKind.EVENT) {
+          const event = decodeRingEvent(msg.subarray(1));
+          if (event.type === 'free') for (const id of event.ids) caches.delete(id);
+          return;
+        }
+        const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: 1 << 24, hidden: middle.shape.hidden, expect: { tensor: 'f32', zstd: false } });
+        const t = frame.tensor;
+        if (t.kind !== 'hidden') throw new Error('the host sent ids to a member after its own blocks');
+        const [batch, seq] = t.dims;
+        const { rows } = parseStepMetadata(frame.metadata, batch);
+        const own = rows.map((r) => {
+          if (r.pos === 0) caches.set(r.id, middle.emptyCache(r.cap));
+          return caches.get(r.id)!;
+        });
+        const out = await middle.forward({ kind: 'hidden', hidden: t.hidden, batch, seq }, own);
+        if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
+        member.send(encodeRingStep(await encodeStepFrame({ metadata: frame.metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, middle.shape.hidden] } }, WIRE)));
+      })
+      .catch((err: unknown) => {
+        if (!member.closed) failures.push(err);
+      });
+  });
+  return { engine, member, failures };
+}
+
+describe('the ring generator', () => {
+  test('concurrent requests with steps in flight give exactly the ids of the undivided model run alone', async () => {
+    const r = await ring(1);
+    const pool = new KvBlockPool(64, 16, 1);
+    const gen = new RingGenerator(r.engine, pool, shape.maxPositions, { maxInFlight: 3, maxBatch: 4 });
+    const results = await Promise.all(PROMPTS.map((p) => gen.generate(params(p))));
+    expect(results.map((x) => x.ids)).toEqual(alone);
+    expect(results.every((x) => x.finishReason === 'length')).toBe(true);
+    expect(gen.live).toBe(0);
+    expect(pool.freeBlocks).toBe(64);
+    expect(r.failures).toEqual([]);
+  });
+
+  test('when the ring breaks mid-generation its requests are held, and on the next ring they go on bit for bit', async () => {
+    const old = await ring(1);
+    const pool = new KvBlockPool(64, 16, 1);
+    const faults: string[] = [];
+    let next: Ring | undefined;
+    let resumed: Promise<number> | undefined;
+    const gen: RingGenerator = new RingGenerator(old.engine, pool, shape.maxPositions, {
+      maxInFlight: 3,
+      // Every step that was in flight fails; the host re-plans once.
+      onRingFault: (err) => {
+        faults.push(err.code);
+        resumed ??= (async () => {
+          await gen.hold();
+          next = await ring(2);
+          return gen.resume(next.engine);
+        })();
+      },
+    });
+    let tokens = 0;
+    // The member goes away after the first request's fifth token, while the others are decoding.
+    const onToken = (): void => {
+      if (++tokens === 5) old.member.close('member left');
+    };
+    const results = await Promise.all(PROMPTS.map((p, i) => gen.generate(params(p, i === 0 ? { onToken } : {}))));
+    expect(results.map((x) => x.ids)).toEqual(alone);
+    expect(await resumed).toBe(PROMPTS.length);
+    expect(faults.length).toBeGreaterThan(0);
+    expect(faults.every((c) => c === 'RING_BROKEN')).toBe(true);
+    expect(pool.freeBlocks).toBe(64);
+    expect(next!.failures).toEqual([]);
+  });
+
+  test('a held request that is aborted ends with its reason; failWaiting ends the others and refuses new ones until resume', async () => {
+    const old = await ring(1);
+    const pool = new KvBlockPool(64, 16, 1);
+    let held!: () => void;
+    const holding = new Promise<void>((resolve) => (held = resolve));
+    const gen: RingGenerator = new RingGenerator(old.engine, pool, shape.maxPositions, { onRingFault: () => void gen.hold().then(held) });
+    const ac = new AbortController();
+    let tokens = 0;
+    const doomed = gen.generate(params(PROMPTS[0]!, { signal: ac.signal, onToken: () => ++tokens === 3 && old.member.close('member left') }));
+    const other = gen.generate(params(PROMPTS[1]!));
+    await holding;
+    expect(gen.live).toBe(2);
+    ac.abort(new Error('client went away'));
+    await expect(doomed).rejects.toThrow('client went away');
+    const unavailable = new KiwiError('RING_UNAVAILABLE', 'no ring could be formed');
+    gen.failWaiting(unavailable);
+    expect(await other.catch((e: unknown) => e)).toBe(unavailable);
+    expect(await gen.generate(params(PROMPTS[2]!)).catch((e: unknown) => e)).toBe(unavailable);
+    expect(gen.live).toBe(0);
+    expect(pool.freeBlocks).toBe(64);
+  });
+
+  test('a request that aborts from inside its own onToken ends at once; the one decoded beside it finishes with its ids', async () => {
+    const r = await ring(1);
+    const pool = new KvBlockPool(64, 16, 1);
+    // One step at a time: the two decode in the same steps.
+    const gen = new RingGenerator(r.engine, pool, shape.maxPositions, { maxInFlight: 1 });
+    const ac = new AbortController();
+    let tokens = 0;
+    let freeAtAbort = 0;
+    const doomed = gen.generate(
+      params(PROMPTS[0]!, {
+        signal: ac.signal,
+        onToken: () => {
+          if (++tokens !== 3) return;
+          ac.abort(new Error('client went away'));
+          freeAtAbort = pool.freeBlocks;
+        },
+      }),
+    );
+    const other = gen.generate(params(PROMPTS[1]!));
+    await expect(doomed).rejects.toThrow('client went away');
+    expect((await other).ids).toEqual(alone[1]);
+    expect(tokens).toBe(3);
+    expect(freeAtAbort).toBe(64 - pool.blocksFor(tok.encode(PROMPTS[1]!).length + 20));
+    expect(pool.freeBlocks).toBe(64);
+    expect(r.failures).toEqual([]);
+  });
+
+  test('the loop asserts what its entry points check: an empty prompt is a programming error, not a KiwiError', async () => {
+    const r = await ring(1);
+    const gen = new RingGenerator(r.engine, new KvBlockPool(64, 16, 1), shape.maxPositions);
+    const err = await gen.generate(params('', { promptIds: [] })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(isKiwiError(err)).toBe(false);
+    expect(String(err)).toMatch(/prompt of 1 to 127 tokens, got 0/);
+  });
+});

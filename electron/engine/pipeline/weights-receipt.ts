@@ -1,0 +1,185 @@
+// How a member obtains the weights of its assigned range, in order of preference: its own copy of
+// the model (when its fingerprint matches), spans already verified on disk (this session or an
+// earlier run), HTTP range requests to the model's URL when the host names one, then to the
+// host's own range server (weights-http.ts: in clear, but checked against the sha256 the plan
+// brought over the encrypted channel), and the host streaming what is still missing (behind NAT,
+// relay only, --weights-http off) over the encrypted session. Each span is verified against the
+// host's hash as it completes (member-weights.ts); a re-plan ends a transfer in progress, and its
+// late chunks are dropped.
+import { isKiwiError, KiwiError } from '../errors.js';
+import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
+import { modelFingerprint } from '../runtime/shard-cache.js';
+import { fetchSpans, PartialModel, type HashedSpan } from './member-weights.js';
+import type { Assign, MemberToHostBody, WeightsPlan } from './ring-protocol.js';
+
+export type WeightsSource = 'local' | 'cache' | 'url' | 'host-http' | 'host' | 'kept';
+
+/** Progress goes to the host about every MiB (its flow control), and always at the end. */
+export const PROGRESS_EVERY_BYTES = 1 << 20;
+
+/** Whether progress is due: another PROGRESS_EVERY_BYTES since the last report, or the end. */
+export function progressDue(receivedBytes: number, lastReportedBytes: number, finished: boolean): boolean {
+  return receivedBytes - lastReportedBytes >= PROGRESS_EVERY_BYTES || finished;
+}
+
+/** A download needs no flow control: its progress goes out at most every this many ms, and at the end. */
+export const DOWNLOAD_PROGRESS_MS = 250;
+
+export interface WeightsReceiptIo {
+  /** To the host: weights-request (the spans still missing) and weights-progress. */
+  send: (body: MemberToHostBody) => void;
+  /** Progress of the download or transfer (at the rate progressDue allows). */
+  progress: (receivedBytes: number, totalBytes: number) => void;
+  /** An HTTP source failed (the host's range server, the model's URL); the next one, or the host's stream, gets the rest. */
+  warning: (err: KiwiError) => void;
+}
+
+interface Transfer {
+  partial: PartialModel;
+  missing: HashedSpan[];
+  receivedBytes: number;
+  totalBytes: number;
+  lastReportedBytes: number;
+  done: () => void;
+  failed: (err: KiwiError) => void;
+}
+
+const sumBytes = (spans: readonly { bytes: number }[]): number => spans.reduce((n, s) => n + s.bytes, 0);
+
+/** Bytes of the weights a plan's range reads (the member's memory need, with the KV cache on top). */
+export const planBytes = (plan: WeightsPlan): number => sumBytes(plan.spans);
+
+export class WeightsReceipt {
+  private transfer: Transfer | undefined;
+  private chunkQueue: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly opts: { modelPath?: string; weightsDir: string },
+    private readonly io: WeightsReceiptIo,
+  ) {}
+
+  /** The weights of assignment `a` as `plan` describes them, from the first source that has them. */
+  async obtain(a: Assign, plan: WeightsPlan): Promise<{ file: GgufFile; source: WeightsSource; transferredBytes: number }> {
+    if (this.opts.modelPath !== undefined) {
+      const file = await openGguf(this.opts.modelPath);
+      if ((await modelFingerprint(file)) === a.model.fingerprint) return { file, source: 'local', transferredBytes: 0 };
+    }
+    const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
+    // Layers received for an earlier range (this session or an earlier run of the same model) stay:
+    // only the spans not already verified on disk are asked for, and only those count as moved.
+    await partial.adopt(plan.spans);
+    let missing = partial.missing(plan.spans);
+    if (missing.length === 0) return { file: await openGguf(partial.path), source: 'cache', transferredBytes: 0 };
+    const sources: Array<{ source: 'host-http' | 'url'; url: string; token?: string }> = [
+      // A public mirror first (it spares the host's uplink), then the host's own range server.
+      ...(a.model.url !== undefined ? [{ source: 'url' as const, url: a.model.url }] : []),
+      ...(plan.http?.urls ?? []).map((url) => ({ source: 'host-http' as const, url, token: plan.http!.token })),
+    ];
+    let fetched = 0;
+    for (const [i, { source, url, token }] of sources.entries()) {
+      fetched += await this.download(url, missing, partial, token, i === sources.length - 1);
+      missing = partial.missing(plan.spans);
+      if (missing.length === 0) {
+        const file = await openGguf(partial.path);
+        if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The model header fetched from ${url} does not match the host's model.`);
+        return { file, source, transferredBytes: fetched };
+      }
+    }
+    const totalBytes = sumBytes(missing);
+    await new Promise<void>((resolve, reject) => {
+      this.transfer = { partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, done: resolve, failed: reject };
+      this.io.send({ kind: 'weights-request', spans: missing.map((s) => ({ offset: s.offset, bytes: s.bytes })) });
+    });
+    this.transfer = undefined;
+    const file = await openGguf(partial.path);
+    if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', 'The received model header does not match the host\'s model.');
+    return { file, source: 'host', transferredBytes: totalBytes };
+  }
+
+  /**
+   * Fetches `spans` from `url` (with `token`: the host's range server) and returns the bytes
+   * verified; a failure is a warning (the next source gets what is still missing), never an error.
+   */
+  private async download(url: string, spans: readonly HashedSpan[], partial: PartialModel, token: string | undefined, last: boolean): Promise<number> {
+    const totalBytes = sumBytes(spans);
+    let receivedBytes = 0;
+    let lastReportAt = 0;
+    try {
+      await fetchSpans(url, spans, partial, (n) => {
+        receivedBytes += n;
+        const now = performance.now();
+        if (now - lastReportAt < DOWNLOAD_PROGRESS_MS && receivedBytes < totalBytes) return;
+        lastReportAt = now;
+        this.io.progress(receivedBytes, totalBytes);
+      }, token !== undefined ? { token } : {});
+    } catch (err) {
+      if (!isKiwiError(err)) throw err;
+      this.io.warning(new KiwiError(err.code, `${err.message} ${last ? 'Receiving the rest over the encrypted session instead.' : 'Trying the next address.'}`));
+    }
+    return receivedBytes;
+  }
+
+  /** Ends the transfer in progress, if any (a re-plan): obtain() rejects with `err`. */
+  cancel(err: KiwiError): void {
+    this.transfer?.failed(err);
+    this.transfer = undefined;
+  }
+
+  /** A chunk of weights from the host; stored in arrival order, each span verified as it completes. */
+  chunk(offset: number, data: Uint8Array): void {
+    const t = this.transfer;
+    // Chunks of a transfer that a re-plan ended may still be on their way.
+    if (t === undefined) return;
+    this.chunkQueue = this.chunkQueue.then(async () => {
+      if (this.transfer !== t) return;
+      try {
+        await t.partial.write(offset, data, t.missing);
+        t.receivedBytes += data.length;
+        const span = t.missing[0];
+        if (span !== undefined && offset + data.length === span.offset + span.bytes) {
+          await t.partial.verify(span);
+          t.missing.shift();
+        }
+        if (progressDue(t.receivedBytes, t.lastReportedBytes, t.missing.length === 0)) {
+          t.lastReportedBytes = t.receivedBytes;
+          this.io.progress(t.receivedBytes, t.totalBytes);
+        }
+        if (t.missing.length === 0) t.done();
+      } catch (err) {
+        this.transfer = undefined;
+        // A disk error (full, read-only) ends the transfer and is reported to the host, not a crash.
+        t.failed(isKiwiError(err) ? err : new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not store the received weights: ${(err as Error).message}`));
+      }
+    });
+  }
+}
+
+/** The host's weights plans, one per assignment epoch: a plan may arrive before or after the member asks for it. */
+export class WeightsPlans {
+  private pending: WeightsPlan | undefined;
+  private waiter: ((plan: WeightsPlan) => void) | undefined;
+
+  constructor(private readonly timeoutMs = 60_000) {}
+
+  /** A plan from the host. */
+  put(plan: WeightsPlan): void {
+    if (this.waiter !== undefined) this.waiter(plan);
+    else this.pending = plan;
+  }
+
+  /** The plan of assignment `epoch` (plans of other epochs are dropped). */
+  next(epoch: number): Promise<WeightsPlan> {
+    const ready = this.pending;
+    this.pending = undefined;
+    if (ready?.epoch === epoch) return Promise.resolve(ready);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.')), this.timeoutMs);
+      this.waiter = (plan) => {
+        if (plan.epoch !== epoch) return;
+        clearTimeout(timer);
+        this.waiter = undefined;
+        resolve(plan);
+      };
+    });
+  }
+}
