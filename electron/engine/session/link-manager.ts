@@ -168,10 +168,12 @@ export class LinkManager extends EventEmitter<{ status: [status: RingLinkStatus]
     for (let attempt = 0; attempt < RETRIES && !this.closed; attempt++) {
       if (attempt > 0) await new Promise((r) => setTimeout(r, RETRY_DELAY_MS * attempt));
       if (!this.current(entry)) return;
-      // ICE (UDP) first, on the first attempt; then every advertised address, then the relay.
+      // ICE (UDP) first, on the first attempt; then every advertised address, then the relay. A
+      // relay-only node (no listenHost) dials nothing directly either: everything goes through the rendezvous.
+      const direct = this.opts.listenHost === undefined ? [] : a.addresses;
       const routes: Array<() => Promise<Link>> = [
         ...(attempt === 0 && this.icePeer !== undefined && this.opts.sendSignal !== undefined ? [() => this.dialIce(entry)] : []),
-        ...a.addresses.map((url) => () => dialDirect(url, { maxPayloadBytes: this.maxPayloadBytes + 64, timeoutMs: this.opts.dialTimeoutMs ?? 2000 })),
+        ...direct.map((url) => () => dialDirect(url, { maxPayloadBytes: this.maxPayloadBytes + 64, timeoutMs: this.opts.dialTimeoutMs ?? 2000 })),
         async () => this.opts.rendezvous.relayLink(a.peer, RelayChannel.DATA),
       ];
       for (const route of routes) {
