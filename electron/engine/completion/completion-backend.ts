@@ -91,7 +91,7 @@ export interface CompletionBackend {
   /** Token ids back to text (for /detokenize). */
   detokenize?(ids: readonly number[]): string;
   /** Raw text to ids with llama-server's /tokenize options. */
-  tokenize?(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): number[];
+  tokenize?(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): Promise<number[]>;
   /** The text of one token (for /tokenize with_pieces and logprobs). */
   tokenPiece?(id: number): string;
   /**

@@ -88,8 +88,9 @@ export class RingBackend implements CompletionBackend {
     return { source: template.source, template: template.template };
   }
 
-  tokenize(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): number[] {
-    return this.ready().tokenizer.encode(text, { addBos: opts.addSpecial, parseSpecial: opts.parseSpecial });
+  /** Long texts are encoded on the tokenizer worker, as prompts are (POST /tokenize takes up to 4M characters). */
+  tokenize(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): Promise<number[]> {
+    return this.offThread().encode(text, { addBos: opts.addSpecial, parseSpecial: opts.parseSpecial });
   }
 
   detokenize(ids: readonly number[]): string {
@@ -113,13 +114,19 @@ export class RingBackend implements CompletionBackend {
 
   /** prepare() with long prompts tokenized on a worker thread (the API uses this). */
   async prepareAsync(prompt: PromptInput): Promise<PreparedPrompt> {
-    const { tokenizer, template, file } = this.ready();
+    const { tokenizer, template } = this.ready();
     checkPromptSize(tokenizer, prompt, this.contextTokens);
+    return prepareOffThread(tokenizer, template, prompt, this.offThread());
+  }
+
+  /** The worker encoder for the ring's current tokenizer (a new ring may bring a new model). */
+  private offThread(): OffThreadEncoder {
+    const { tokenizer, file } = this.ready();
     if (this.encoder?.tokenizer !== tokenizer) {
       void this.encoder?.encoder.close();
       this.encoder = { tokenizer, encoder: new OffThreadEncoder(tokenizer, file.metadata) };
     }
-    return prepareOffThread(tokenizer, template, prompt, this.encoder.encoder);
+    return this.encoder.encoder;
   }
 
   /** Pooled embedding of one input: the head (here on the host) gives its final norm of every position. */

@@ -26,7 +26,7 @@ describe('embedding hidden states', () => {
     const context = await model.createEmbeddingContext({ threads: 1 });
     try {
       const reference = (await context.getEmbeddingFor(text)).vector; // llama.cpp adds BOS
-      const ids = backend.tokenize(text, { addSpecial: true, parseSpecial: false });
+      const ids = await backend.tokenize(text, { addSpecial: true, parseSpecial: false });
       const { chain } = (backend as unknown as { loaded: { model: { chain: import('../runtime/stage-chain.js').StageChain } } }).loaded.model;
       const caches = chain.newCaches(ids.length);
       let input: StageInput = { kind: 'ids', ids: BigInt64Array.from(ids.map(BigInt)), batch: 1, seq: ids.length };

@@ -144,8 +144,11 @@ export class LocalBackend implements CompletionBackend {
     return { source: this.opts.chatTemplate !== undefined ? 'override' : template.source, template: template.template };
   }
 
-  tokenize(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): number[] {
-    return this.ready().model.tokenizer.encode(text, { addBos: opts.addSpecial, parseSpecial: opts.parseSpecial });
+  /** Long texts are encoded on the tokenizer worker, as prompts are (POST /tokenize takes up to 4M characters). */
+  tokenize(text: string, opts: { addSpecial: boolean; parseSpecial: boolean }): Promise<number[]> {
+    const { model } = this.ready();
+    this.encoder ??= new OffThreadEncoder(model.tokenizer, model.file.metadata);
+    return this.encoder.encode(text, { addBos: opts.addSpecial, parseSpecial: opts.parseSpecial });
   }
 
   detokenize(ids: readonly number[]): string {

@@ -53,7 +53,7 @@ describe('completions', () => {
     const firstIds = Array.from({ length: backend.vocabSize }, (_, id) => id).filter((id) => backend.tokenPiece(id) === first);
     const banned = await complete({ temperature: 0, logprobs: 0, logit_bias: Object.fromEntries(firstIds.map((id) => [id, -100])) });
     expect(banned.json.choices[0].logprobs.tokens[0]).not.toBe(first);
-    const forcedId = backend.tokenize('cat', { addSpecial: false, parseSpecial: false }).at(-1)!;
+    const forcedId = (await backend.tokenize('cat', { addSpecial: false, parseSpecial: false })).at(-1)!;
     const forced = await complete({ temperature: 1, seed: 3, max_tokens: 4, logit_bias: { [forcedId]: 100 } });
     expect(forced.json.choices[0].text).toBe(backend.tokenPiece(forcedId).repeat(4));
   });

@@ -10,7 +10,7 @@ const { call } = withStoriesApi((s) => (backend = s.backend));
 describe("llama-server's utility endpoints", () => {
   test('/tokenize and /detokenize round-trip; with_pieces gives each piece', async () => {
     const t = await call('POST', '/tokenize', { content: 'Once upon a time' });
-    expect(t.json.tokens).toEqual(backend.tokenize('Once upon a time', { addSpecial: false, parseSpecial: true }));
+    expect(t.json.tokens).toEqual(await backend.tokenize('Once upon a time', { addSpecial: false, parseSpecial: true }));
     const d = await call('POST', '/detokenize', { tokens: t.json.tokens });
     expect(d.json.content).toBe('Once upon a time');
     const p = await call('POST', '/tokenize', { content: 'Once', with_pieces: true, add_special: true });

@@ -6,9 +6,9 @@ import { checkTokenIds } from '../api-request.js';
 import { json } from '../api-response.js';
 import { applyTemplateRequestSchema, detokenizeRequestSchema, messageText, tokenizeRequestSchema } from '../openai-schema.js';
 
-export const tokenizeEndpoint = jsonEndpoint('/tokenize', tokenizeRequestSchema, ({ backend }, _call, b) => {
+export const tokenizeEndpoint = jsonEndpoint('/tokenize', tokenizeRequestSchema, async ({ backend }, _call, b) => {
   if (backend.tokenize === undefined) throw new KiwiError('API_NOT_FOUND', 'this backend cannot tokenize');
-  const ids = backend.tokenize(b.content, { addSpecial: b.add_special ?? false, parseSpecial: b.parse_special ?? true });
+  const ids = await backend.tokenize(b.content, { addSpecial: b.add_special ?? false, parseSpecial: b.parse_special ?? true });
   return json(200, { tokens: b.with_pieces === true ? ids.map((id) => ({ id, piece: backend.tokenPiece!(id) })) : ids });
 });
 
