@@ -272,6 +272,8 @@ export const JoinRequest = z.strictObject({
   /** Rendezvous URL, the one the host shows next to its code; absent: the one a host on this network announces. */
   rendezvous: z.string().min(1).max(2048).optional(),
   name: z.string().min(1).max(64).optional(),
+  /** The most memory this member may use, runtime included, in MiB (`kiwi join --memory-mb`); the planner admits its layers within it. */
+  memory_mb: z.number().int().min(1).max(2 ** 30).optional(),
 });
 export type JoinRequest = z.infer<typeof JoinRequest>;
 

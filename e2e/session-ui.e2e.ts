@@ -92,6 +92,7 @@ describe('the Kiwi UI against live headless sessions', () => {
     await alicePage.getByLabel('Session code').fill(code);
     await alicePage.getByLabel(/^Rendezvous address/).fill(rendezvous);
     await alicePage.getByLabel('Your name (optional)').fill('alice');
+    await alicePage.getByLabel(/^Memory Kiwi may use here/).fill('1536');
     await alicePage.getByRole('button', { name: 'Join' }).click();
     await alicePage.getByTestId('member-phase').filter({ hasText: 'Waiting for the host' }).waitFor();
     await shot(alicePage, '04-join-pending');
@@ -104,6 +105,8 @@ describe('the Kiwi UI against live headless sessions', () => {
     expect(((await hostPage.getByTestId('pending-fingerprint').locator('code').textContent({ timeout: 30_000 })) ?? '').trim()).toBe(aliceFp);
     await hostPage.getByRole('button', { name: 'Approve alice' }).click();
     await alicePage.getByTestId('member-phase').filter({ hasText: 'In the ring' }).waitFor();
+    // The memory budget alice typed is what the host plans her with.
+    await hostPage.getByRole('row', { name: /alice.*1\.5 GB/ }).waitFor();
     // A second member joins from the command line with the same code.
     bob = procs.spawn(process.execPath, [...kiwiEntry(), 'join', code, '--rendezvous', rendezvous, '--name', 'bob', '--listen', '127.0.0.1', '--heartbeat-ms', '400', '--json']);
     await hostPage.getByRole('button', { name: 'Approve bob' }).click({ timeout: 30_000 });

@@ -13,7 +13,7 @@ import { createMemberNode } from '../engine/hosting/member-node.js';
 import { identityLabel } from '../engine/session/identity.js';
 import { validateName } from '../engine/session/member-name.js';
 import { readCapabilities } from './capabilities-file.js';
-import { RUNTIME_BASELINE_BYTES } from '../engine/planner/model-sizes.js';
+import { memoryBudgetBytes } from '../engine/planner/model-sizes.js';
 import { booleanOption, defineCommand, stringOption } from './command.js';
 import { intOption } from './rendezvous.js';
 import { parseIceServers } from '../engine/transport/ice-servers.js';
@@ -70,10 +70,7 @@ export const joinCommand = defineCommand({
       throw new KiwiError('USAGE', '--advertise takes up to 8 comma-separated ws:// or wss:// URLs');
     }
     const memoryMbText = stringOption(ctx, 'memory-mb');
-    if (memoryMbText !== undefined && intOption(memoryMbText, 'memory-mb', 1, 2 ** 30) * 2 ** 20 < RUNTIME_BASELINE_BYTES) {
-      // One that fits the runtime but not a layer of the host's model is refused by the host (MEMORY_BUDGET_TOO_SMALL, with the figure).
-      throw new KiwiError('USAGE', `--memory-mb ${memoryMbText} cannot hold a member: its runtime alone needs ${RUNTIME_BASELINE_BYTES / 2 ** 20} MiB, and each layer its weights and KV cache on top`);
-    }
+    const memoryBudget = memoryMbText !== undefined ? memoryBudgetBytes(intOption(memoryMbText, 'memory-mb', 1, 2 ** 30), '--memory-mb') : undefined;
     const heartbeatMs = intOption(stringOption(ctx, 'heartbeat-ms') ?? '5000', 'heartbeat-ms', 10, 3_600_000);
     const modelPath = stringOption(ctx, 'model');
     const threadsText = stringOption(ctx, 'threads');
@@ -91,7 +88,7 @@ export const joinCommand = defineCommand({
       capabilities: {
         ...(capabilitiesFile !== undefined ? { file: await readCapabilities(capabilitiesFile) } : {}),
         bench: !booleanOption(ctx, 'no-bench'),
-        ...(memoryMbText !== undefined ? { memoryBudgetBytes: intOption(memoryMbText, 'memory-mb', 1, 2 ** 30) * 2 ** 20 } : {}),
+        ...(memoryBudget !== undefined ? { memoryBudgetBytes: memoryBudget } : {}),
         onProgress: (message) => print('bench-progress', { message }, `measuring this device: ${message}`),
       },
       session: {

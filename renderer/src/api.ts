@@ -91,7 +91,8 @@ export const api = {
       auto_approve: autoApprove,
     }),
   cancelDownload: () => call(SessionStatus, 'POST', '/session/download/cancel', {}),
-  join: (code: string, rendezvous: string | undefined, name?: string) => call(SessionStatus, 'POST', '/session/join', { code, ...(rendezvous ? { rendezvous } : {}), ...(name ? { name } : {}) }),
+  join: (code: string, rendezvous: string | undefined, name?: string, memoryMb?: number) =>
+    call(SessionStatus, 'POST', '/session/join', { code, ...(rendezvous ? { rendezvous } : {}), ...(name ? { name } : {}), ...(memoryMb !== undefined ? { memory_mb: memoryMb } : {}) }),
   leave: () => call(SessionStatus, 'POST', '/session/leave', {}),
   pause: (paused: boolean) => call(SessionStatus, 'POST', '/session/pause', { paused }),
   decide: (memberId: string, approve: boolean) => call(SessionStatus, 'POST', '/session/decide', { member_id: memberId, approve }),

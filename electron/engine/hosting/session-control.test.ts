@@ -182,6 +182,24 @@ describe('control API', () => {
     expect((await status(host)).role).toBe('none');
   });
 
+  it('sends a join\'s memory budget to the host as the member\'s memory, and refuses one below the runtime', async () => {
+    let hosted: Awaited<ReturnType<typeof createHost>> | undefined;
+    const capture: StartHosting = async (req) => {
+      const session = (hosted = await createHost({ autoApprove: true, listenHost: '127.0.0.1' }));
+      return { session, model: req.model, serving: null, close: () => session.close() };
+    };
+    const host = await start(new SessionControl({ startHosting: capture }));
+    const member = await start(new SessionControl({ join: { listenHost: '127.0.0.1', name: 'dora' } }));
+    const hosting = SessionStatus.parse(await (await call(host, 'POST', '/session/host', { model: 'tiny.gguf' })).json());
+    const small = await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, memory_mb: 100 });
+    expect(small.status).toBe(400);
+    expect(((await small.json()) as { error: { message: string } }).error.message).toMatch(/memory budget of 100 cannot hold a member: its runtime alone needs 192 MiB/);
+    expect((await status(member)).role).toBe('none');
+    expect((await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, memory_mb: 1024 })).status).toBe(200);
+    const caps = await until('the member\'s capabilities at the host', async () => hosted?.status().members[0]?.capabilities, (c) => c !== undefined);
+    expect(caps).toMatchObject({ memory_budget_bytes: 1024 * 2 ** 20, fleet_device: { memory_bytes: 1024 * 2 ** 20 } });
+  });
+
   it('finds the host\'s rendezvous from its LAN announcement when the join names none', async () => {
     const port = 20_000 + Math.floor(Math.random() * 30_000);
     const announcing: StartHosting = async (req) => {

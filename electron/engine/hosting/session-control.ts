@@ -9,9 +9,11 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import type { ControlEvent, DeviceCard, DownloadWire, HostRequest, JoinRequest, SessionStatus } from '../../../common/control-api.js';
 import type { DeviceBenchJson } from '../device/device-bench.js';
+import { withMemoryBudget } from '../device/flow-capabilities.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { ProgressRate } from '../progress-rate.js';
 import type { ControlSource } from '../server/control-source.js';
+import { memoryBudgetBytes } from '../planner/model-sizes.js';
 import { findOnLan } from '../session/lan-beacon.js';
 import type { Capabilities } from '../session/membership.js';
 import { generateIdentity } from '../session/identity.js';
@@ -186,6 +188,7 @@ export class SessionControl implements ControlSource {
     await this.exclusive(async () => {
       if (this.hosted !== undefined || this.joined !== undefined) throw new KiwiError('CONTROL_BUSY', 'This Kiwi is already in a session; leave it first.');
       if (this.downloadAbort !== undefined) throw new KiwiError('CONTROL_BUSY', 'A model is downloading to host; cancel it first.');
+      if (req.memory_mb !== undefined) memoryBudgetBytes(req.memory_mb, 'a memory budget of'); // refused before anyone is contacted
       this.lastError = null;
       this.download = null;
       const joined: Joined = { member: undefined, ring: undefined, req: { ...req, rendezvous: req.rendezvous ?? '' }, memberId: undefined, phase: 'connecting' };
@@ -281,7 +284,8 @@ export class SessionControl implements ControlSource {
 
   private async connectMember(j: Joined): Promise<void> {
     const o = this.opts.join ?? {};
-    const capabilities: Capabilities | undefined = this.benchResult !== undefined ? { ...this.benchResult } : undefined;
+    const measured: Capabilities | undefined = this.benchResult !== undefined ? { ...this.benchResult } : undefined;
+    const capabilities = j.req.memory_mb !== undefined ? withMemoryBudget(measured, memoryBudgetBytes(j.req.memory_mb, 'a memory budget of')) : measured; // the planner admits this member's layers within it
     const member = new MemberSession({
       code: j.req.code,
       rendezvousUrl: j.req.rendezvous,

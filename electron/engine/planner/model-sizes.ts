@@ -3,6 +3,7 @@
 // (modelSizesFromGguf), memory is what the runtime really keeps resident per block and for the
 // head (runtime/memory-model.ts: the packed layout onnxruntime keeps, measured by bench/memory.ts),
 // plus the fixed cost of a stage process; without it, the GGUF bytes stand in.
+import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { summarizeModel } from '../model/model-summary.js';
 import type { ModelSummary } from '../model/model-summary.js';
@@ -21,6 +22,19 @@ export const KV_BYTES_PER_ELEMENT = RUNTIME_KV_BYTES_PER_ELEMENT;
  * above all of them with room for that spread.
  */
 export const RUNTIME_BASELINE_BYTES = 192 * 2 ** 20;
+
+/**
+ * A whole-process memory budget in MiB (`kiwi join --memory-mb`, the app's join form), refused at
+ * once when the runtime alone would not fit; one that fits the runtime but not one layer of the
+ * host's model is refused by the host (MEMORY_BUDGET_TOO_SMALL, with the figure it needs).
+ */
+export function memoryBudgetBytes(mb: number, what: string): number {
+  if (!Number.isSafeInteger(mb) || mb < 1 || mb > 2 ** 30) throw new KiwiError('USAGE', `${what} must be a whole number of MiB from 1 to ${2 ** 30}, got ${mb}`);
+  if (mb * 2 ** 20 < RUNTIME_BASELINE_BYTES) {
+    throw new KiwiError('USAGE', `${what} ${mb} cannot hold a member: its runtime alone needs ${RUNTIME_BASELINE_BYTES / 2 ** 20} MiB, and each layer its weights and KV cache on top`);
+  }
+  return mb * 2 ** 20;
+}
 
 /**
  * The planner's sizes from a GGUF's summary. The largest block stands for every block, so that

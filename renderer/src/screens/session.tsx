@@ -113,15 +113,21 @@ function DownloadProgress({ download: d }: { download: DownloadWire }): ReactEle
   );
 }
 
+const MEMORY_BUDGET_KEY = 'kiwi.memoryBudgetMb';
+
 function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
   const id = useId();
   const [code, setCode] = useState('');
   const [rendezvous, setRendezvous] = useState('');
   const [name, setName] = useState('');
+  // Remembered on this computer: how much memory Kiwi may use here is a setting, not a per-session choice.
+  const [memoryMb, setMemoryMb] = useState(() => localStorage.getItem(MEMORY_BUDGET_KEY) ?? '');
   const join = useSessionAction(api.join);
   const submit = (e: FormEvent): void => {
     e.preventDefault();
-    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined]);
+    const budget = memoryMb.trim();
+    localStorage.setItem(MEMORY_BUDGET_KEY, budget);
+    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined, budget === '' ? undefined : Number(budget)]);
   };
   return (
     <Card title="Join a session">
@@ -133,6 +139,8 @@ function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
         <input id={`${id}-rv`} value={rendezvous} onChange={(e) => setRendezvous(e.target.value)} placeholder="found on this network, or ws://192.168.1.20:7070" spellCheck={false} />
         <label htmlFor={`${id}-name`}>Your name (optional)</label>
         <input id={`${id}-name`} value={name} onChange={(e) => setName(e.target.value)} placeholder="this computer's name" maxLength={64} />
+        <label htmlFor={`${id}-mem`}>Memory Kiwi may use here, in MiB (optional; Kiwi's own runtime included)</label>
+        <input id={`${id}-mem`} type="number" min={192} step={1} value={memoryMb} onChange={(e) => setMemoryMb(e.target.value)} placeholder="all this computer can give" data-testid="memory-budget" />
         <ErrorBanner error={join.error?.message === shown ? null : (join.error as { message: string } | null)} />
         <button type="submit" disabled={join.isPending || code.trim() === ''}>{join.isPending ? (rendezvous.trim() === '' ? 'Looking for the host…' : 'Joining…') : 'Join'}</button>
       </form>
