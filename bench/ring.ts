@@ -28,7 +28,7 @@ import { summarizeModel } from '../electron/engine/model/model-summary.js';
 import { kiwiCacheDir } from '../electron/engine/paths.js';
 import { chooseLinkWire } from '../electron/engine/pipeline/link-wire.js';
 import { RingMember } from '../electron/engine/pipeline/ring-member.js';
-import { modelSizesFromSummary } from '../electron/engine/planner/model-sizes.js';
+import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { planFleet } from '../electron/engine/planner/plan.js';
 import { blockShapeOf, measureBlock } from '../electron/engine/runtime/block-probe.js';
 import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
@@ -182,11 +182,11 @@ async function main(): Promise<void> {
     return { case: label, ttftMs: one.ttftMs, tokensPerS, msPerToken: 1000 / tokensPerS, aggregate4TokensPerS: four.reduce((n, s) => n + s.tokens, 0) / wall };
   };
 
-  // The planner's prediction: every device (all on this machine) at the measured block time.
+  // The planner's prediction: every device (all on this machine) at the measured block and step time.
   const block = await measureBlock(blockShapeOf(file), { threads: Number(THREADS), runs: 15 });
-  const sizes = modelSizesFromSummary(summary);
+  const sizes = modelSizesFromGguf(file);
   const predict = (names: string[], rtts: Array<{ a: string; b: string; rttMs: number }>): number =>
-    planFleet({ model: sizes, context: 4096, concurrency: 1, devices: names.map((name) => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs })), rtts }).circuit;
+    planFleet({ model: sizes, context: 4096, concurrency: 1, devices: names.map((name) => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs, stepMs: block.stepMs })), rtts }).circuit;
 
   /** Throughput and RTT of an encrypted WebSocket link through a delay proxy (what a session's link probe would see). */
   const probeThroughDelay = async (delayMs: number | null): Promise<{ throughputMBps: number; rttMs: number }> => {
@@ -239,7 +239,8 @@ async function main(): Promise<void> {
     const rv = kiwi(['rendezvous', '--host', '127.0.0.1', '--port', '0']);
     const rvUrl = (await rv.event('listening')).url as string;
     const host = kiwi(['host', '--model', model, '--port', '0', '--rendezvous', rvUrl, '--auto-approve', '--expect', '2', '--rendezvous-host', '127.0.0.1',
-      '--listen', '127.0.0.1', ...hostWire, '--threads', THREADS]);
+      // The plan stays the one its prediction column is about (drift re-planning would change it mid-run).
+      '--listen', '127.0.0.1', '--replan-drift', 'off', ...hostWire, '--threads', THREADS]);
     const code = (await host.event('session')).code as string;
     const members: Spawned[] = [];
     for (const name of ['m1', 'm2']) {

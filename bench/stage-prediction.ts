@@ -1,21 +1,25 @@
-// How well the planner's cost model predicts a measured stage on this machine (issue 4): for a
+// How well the planner's cost model predicts a measured stage on this machine (issues 4, 14): for a
 // `kiwi synth` model, each layer range is opened as a real stage and its single-token decode step
-// timed (median after warm-up); the prediction comes from deviceCosts() with this machine as the
-// only device, in the bandwidth tier (measured host bandwidth) and in the measured tier (the
-// per-block probe of `kiwi bench --model`). Used by bench/planner.ts.
-import { mkdtemp, rm } from 'node:fs/promises';
+// timed (median after warm-up, all stages in interleaved rounds); the prediction comes from
+// deviceCosts() with this machine as the only device, in the bandwidth tier (measured host
+// bandwidth for the blocks and head) and in the measured tier (the per-block probe of `kiwi bench
+// --model`); both take the probe's fixed step time. Used by bench/planner.ts; alone:
+//   npx tsx bench/stage-prediction.ts [--shape llama-3.2-1b] [--quant q4_0] [--model FILE] [--layers 1,2,4,8,16]
+// times [0, n) without the head and [L - n, L) with it for each n, and writes
+// bench/results/stage-prediction-<shape>-<quant>.json.
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { blockProbeFor } from '../electron/commands/bench.js';
-import { modelSizesFromSummary } from '../electron/commands/plan.js';
-import { runDeviceBench } from '../electron/engine/device/device-bench.js';
+import { pathToFileURL } from 'node:url';
+import { measureHostBandwidth } from '../electron/engine/device/memory-bandwidth.js';
 import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
-import { summarizeModel } from '../electron/engine/model/model-summary.js';
 import { resolveShape } from '../electron/engine/model/synth/shapes.js';
 import { SYNTH_QUANTS, synthesizeModel } from '../electron/engine/model/synth/synth.js';
-import { deviceCosts } from '../electron/engine/planner/cost-model.js';
+import { deviceCosts, stageCost } from '../electron/engine/planner/cost-model.js';
 import type { Fleet, ModelSizes } from '../electron/engine/planner/fleet.js';
+import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
+import { blockShapeOf, openBlockProbe, splitStepTime } from '../electron/engine/runtime/block-probe.js';
 import type { LayerRange } from '../electron/engine/runtime/layer-range.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
 import type { KvCache } from '../electron/engine/runtime/stage.js';
@@ -27,8 +31,10 @@ export interface StagePredictionOptions {
   quant: string;
   /** Threads of the bandwidth probe, the block probe and every stage; default all cores. */
   threads?: number;
-  /** Ranges to time; the one that ends at the last layer holds the head. */
-  ranges: (blockCount: number) => LayerRange[];
+  /** Ranges to time; `head` defaults to holding it when the range ends at the last layer. */
+  ranges: (blockCount: number) => Array<LayerRange & { head?: boolean }>;
+  /** An existing GGUF of `shape` and `quant` to use instead of synthesizing one. */
+  modelPath?: string;
   warmupRuns?: number;
   /** Timing rounds; each runs `runsPerRound` decode steps of every stage in turn. */
   rounds?: number;
@@ -55,16 +61,28 @@ export interface StagePrediction {
   threads: string;
   provider: string;
   host_bandwidth_gbps: number;
+  /** Every bandwidth round: 3 before the stages, one per round of them, 3 after. */
+  host_bandwidth_samples_gbps: number[];
   bandwidth_method: string;
+  /** The probe's block: what one more block adds to a step. */
   probe_block_ms: number;
+  /** The probe's one-block stage: what `kiwi bench --model` reported as block_ms before the split. */
+  probe_one_block_ms: number;
+  /** The probe's fixed part of a step (one-block stage less its block). */
+  probe_step_ms: number;
+  /** GGUF bytes of a block and of the head's reads; the runtime's packed bytes of the same. */
   block_bytes: number;
   head_bytes: number;
+  block_read_bytes: number;
+  head_read_bytes: number;
   runs: number;
   /** 1-minute load average before and after (the machine may be shared: read the figures with it). */
   load_average: { before: number; after: number };
   stages: StagePredictionRow[];
   /** Mean of |predicted / measured - 1| over the stages. */
   mean_abs_error: { bandwidth: number; block_ms: number };
+  /** Median of |predicted / measured - 1| over the stages (issue 14's measure). */
+  median_abs_error: { bandwidth: number; block_ms: number };
 }
 
 export async function measureStagePrediction(opts: StagePredictionOptions): Promise<StagePrediction> {
@@ -78,34 +96,33 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
   const loadBefore = loadavg()[0]!;
   const dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-stage-'));
   try {
-    const path = join(dir, `${opts.shape}-${opts.quant}.gguf`);
-    log(`synthesizing ${opts.shape} ${opts.quant}`);
-    await synthesizeModel({ shape: resolveShape(opts.shape), quant, out: path, seed: 1 });
+    const path = opts.modelPath ?? join(dir, `${opts.shape}-${opts.quant}.gguf`);
+    if (opts.modelPath === undefined) {
+      log(`synthesizing ${opts.shape} ${opts.quant}`);
+      await synthesizeModel({ shape: resolveShape(opts.shape), quant, out: path, seed: 1 });
+    }
     const file = await openGguf(path);
-    const sizes: ModelSizes = modelSizesFromSummary(summarizeModel(file));
+    const sizes: ModelSizes = modelSizesFromGguf(file);
 
-    // This machine as `kiwi bench --model` measures it (fresh: a private cache folder).
-    log('measuring host bandwidth and one probe block');
+    // This machine's bandwidth as `kiwi bench` measures it (its probe, every core), one round before
+    // each round of stages and a few before and after them (the machine may be shared: the median
+    // of all rounds stands for the run, under the same load as the stages).
     const threads = opts.threads;
-    const bench = await runDeviceBench({
-      cacheDir: join(dir, 'bench'),
-      blockProbe: await blockProbeFor(path, undefined, log, threads),
-      ...(threads !== undefined ? { bandwidth: { threads } } : {}),
-      onProgress: log,
-    });
-    if (bench.block === null) throw new Error('the device bench returned no block time');
-    const gbps = bench.bandwidth.host_gbps;
-    const fleet = (blockMs?: number): Fleet => ({
-      model: sizes,
-      context: 256,
-      concurrency: 1,
-      devices: [{ name: 'this', memoryBytes: 1e15, bandwidthGBps: gbps, ...(blockMs !== undefined ? { blockMs } : {}) }],
-      rtts: [],
-    });
-    const byBandwidth = deviceCosts(fleet(), 'bandwidth')[0]!;
-    const byProbe = deviceCosts(fleet(bench.block.block_ms), 'measured')[0]!;
+    const bandwidthSamples: number[] = [];
+    let bandwidthMethod = '';
+    const bandwidth = async (bwRounds: number): Promise<void> => {
+      const b = await measureHostBandwidth({ rounds: bwRounds, ...(threads !== undefined ? { threads } : {}) });
+      bandwidthSamples.push(...b.samplesGBps);
+      bandwidthMethod = b.method;
+    };
+    log('measuring host bandwidth');
+    await bandwidth(3);
 
     const positions = warmupRuns + rounds * runsPerRound + 1;
+    // The block probe of `kiwi bench --model` (a one-block and a PROBE_BLOCKS-block stage of the model's block), timed
+    // in the same rounds as the stages so that both see the same load.
+    const probe = await openBlockProbe(blockShapeOf(file), { positions, ...(threads !== undefined ? { threads } : {}), onProgress: log });
+    const probeSamples: [number[], number[]] = [[], []];
     const shape = await modelShapeFromGguf(file, { maxPositions: positions + 8 });
     const stages: Array<{ range: LayerRange; head: boolean; stage: Stage; cache: KvCache; samples: number[]; steps: number }> = [];
     // Decode input: a token id for the first stage, else a hidden state of unit scale.
@@ -122,26 +139,49 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
     };
     try {
       for (const range of opts.ranges(shape.blockCount)) {
-        const head = range.end === shape.blockCount;
+        const head = range.head ?? range.end === shape.blockCount;
         log(`building stage [${range.start}, ${range.end})${head ? ' + head' : ''}`);
         const stage = await Stage.open(file, shape, { ...range, head }, { accuracyLevel: 4, ...(threads !== undefined ? { threads } : {}) });
         stages.push({ range, head, stage, cache: stage.emptyCache(positions), samples: [], steps: 0 });
       }
+      for (let i = 0; i < warmupRuns; i++) await probe.pair(i);
       for (const s of stages) for (let i = 0; i < warmupRuns; i++) await step(s);
       // Rounds over all stages in turn, so a burst of load from elsewhere on the machine falls on
       // every stage alike instead of on whichever was being timed.
       for (let r = 0; r < rounds; r++) {
         log(`round ${r + 1}/${rounds}`);
+        await bandwidth(1);
+        for (let i = 0; i < runsPerRound; i++) {
+          const [one, two] = await probe.pair(warmupRuns + r * runsPerRound + i);
+          probeSamples[0].push(one);
+          probeSamples[1].push(two);
+        }
         for (const s of stages) for (let i = 0; i < runsPerRound; i++) s.samples.push(await step(s));
       }
     } finally {
       for (const s of stages) await s.stage.dispose();
+      await probe.dispose();
     }
+    log('measuring host bandwidth again');
+    await bandwidth(3);
+    const gbps = round(median(bandwidthSamples), 2);
+    const split = splitStepTime(...probeSamples);
+    const stepMs = round(split.stepMs);
+    const blockMs = round(split.blockMs);
+    const fleet = (measured?: number): Fleet => ({
+      model: sizes,
+      context: 256,
+      concurrency: 1,
+      devices: [{ name: 'this', memoryBytes: 1e15, bandwidthGBps: gbps, stepMs, ...(measured !== undefined ? { blockMs: measured } : {}) }],
+      rtts: [],
+    });
+    const byBandwidth = deviceCosts(fleet(), 'bandwidth')[0]!;
+    const byProbe = deviceCosts(fleet(blockMs), 'measured')[0]!;
     const rows: StagePredictionRow[] = stages.map((s) => {
       const blocks = s.range.end - s.range.start;
       const measured = median(s.samples);
-      const bw = blocks * byBandwidth.perBlock + (s.head ? byBandwidth.head : 0);
-      const probe = blocks * byProbe.perBlock + (s.head ? byProbe.head : 0);
+      const bw = stageCost(byBandwidth, blocks, s.head);
+      const probe = stageCost(byProbe, blocks, s.head);
       return {
         start: s.range.start,
         end: s.range.end,
@@ -154,22 +194,29 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
         block_ms_ratio: round(probe / measured),
       };
     });
-    const provider = stages[0]?.stage.provider ?? 'none';
+    const provider = probe.provider;
     const mae = (key: 'bandwidth_ratio' | 'block_ms_ratio'): number => round(rows.reduce((a, r) => a + Math.abs(r[key] - 1), 0) / rows.length);
+    const mde = (key: 'bandwidth_ratio' | 'block_ms_ratio'): number => round(median(rows.map((r) => Math.abs(r[key] - 1))));
     return {
       model: opts.shape,
       quant: opts.quant,
       threads: threads !== undefined ? String(threads) : 'all cores',
       provider,
       host_bandwidth_gbps: gbps,
-      bandwidth_method: bench.bandwidth.method,
-      probe_block_ms: bench.block.block_ms,
+      host_bandwidth_samples_gbps: bandwidthSamples.map((x) => round(x, 2)),
+      bandwidth_method: bandwidthMethod,
+      probe_block_ms: blockMs,
+      probe_one_block_ms: round(median(probeSamples[0])),
+      probe_step_ms: stepMs,
       block_bytes: sizes.blockBytes,
       head_bytes: sizes.headBytes,
+      block_read_bytes: sizes.blockResidentBytes ?? sizes.blockBytes,
+      head_read_bytes: sizes.headReadBytes ?? sizes.headBytes,
       runs,
       load_average: { before: round(loadBefore, 2), after: round(loadavg()[0]!, 2) },
       stages: rows,
       mean_abs_error: { bandwidth: mae('bandwidth_ratio'), block_ms: mae('block_ms_ratio') },
+      median_abs_error: { bandwidth: mde('bandwidth_ratio'), block_ms: mde('block_ms_ratio') },
     };
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -191,14 +238,47 @@ export function formatStagePrediction(p: StagePrediction): string {
   const line = (cols: string[]): string => cols.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [
     `stage prediction on this machine: ${p.model} ${p.quant}, ${p.provider} (${p.threads} threads), host bandwidth ${p.host_bandwidth_gbps} GB/s (${p.bandwidth_method}), ` +
-      `probe block ${p.probe_block_ms} ms, load average ${p.load_average.before} → ${p.load_average.after}, median of ${p.runs} runs`,
+      `probe block ${p.probe_block_ms} ms + step ${p.probe_step_ms} ms (one-block stage ${p.probe_one_block_ms} ms), load average ${p.load_average.before} → ${p.load_average.after}, median of ${p.runs} runs`,
     line(header),
     ...body.map(line),
-    `mean |predicted/measured - 1|: bandwidth tier ${(p.mean_abs_error.bandwidth * 100).toFixed(0)}%, block_ms tier ${(p.mean_abs_error.block_ms * 100).toFixed(0)}%`,
+    `|predicted/measured - 1|: bandwidth tier median ${pct(p.median_abs_error.bandwidth)} (mean ${pct(p.mean_abs_error.bandwidth)}), ` +
+      `block_ms tier median ${pct(p.median_abs_error.block_ms)} (mean ${pct(p.mean_abs_error.block_ms)})`,
   ].join('\n');
+}
+
+function pct(x: number): string {
+  return `${(x * 100).toFixed(0)}%`;
 }
 
 function round(x: number, digits = 3): number {
   const f = 10 ** digits;
   return Math.round(x * f) / f;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const args = process.argv.slice(2);
+  const arg = (name: string): string | undefined => {
+    const i = args.indexOf(name);
+    return i >= 0 ? args[i + 1] : undefined;
+  };
+  const shape = arg('--shape') ?? 'llama-3.2-1b';
+  const quant = arg('--quant') ?? 'q4_0';
+  const layers = (arg('--layers') ?? '1,2,4,8,16').split(',').map(Number);
+  const modelPath = arg('--model');
+  const threads = arg('--threads');
+  const p = await measureStagePrediction({
+    shape,
+    quant,
+    ...(modelPath !== undefined ? { modelPath } : {}),
+    ...(threads !== undefined ? { threads: Number(threads) } : {}),
+    ...(arg('--rounds') !== undefined ? { rounds: Number(arg('--rounds')) } : {}),
+    // [0, n) without the head (token ids in, the embedding lookup) and [L - n, L) with it (hidden states in).
+    ranges: (n) => layers.filter((k) => k <= n).flatMap((k) => [{ start: 0, end: k, head: false }, { start: n - k, end: n, head: true }]),
+    log: (line) => console.error(`stage prediction: ${line}`),
+  });
+  console.log(formatStagePrediction(p));
+  await mkdir(join('bench', 'results'), { recursive: true });
+  const out = join('bench', 'results', `stage-prediction-${shape}-${quant}.json`);
+  await writeFile(out, `${JSON.stringify({ generated_at: new Date().toISOString(), ...p }, null, 2)}\n`);
+  console.log(`wrote ${out}`);
 }

@@ -37,8 +37,9 @@ const cache = new ShardCache(shardDir);
 const stage = await Stage.open(file, shape, { start: 0, end: shape.blockCount, head: true }, { cache, threads: THREADS, accuracyLevel: 4 });
 console.log('stage origin', stage.origin);
 await stage.dispose();
-const entries = await readdir(shardDir);
-const onnxPath = join(shardDir, entries.find((e) => !e.includes('.tmp'))!, 'model.onnx');
+// shard-cache.ts layout: one directory per model, the range's graph as range-<key>.onnx.
+const modelDir = join(shardDir, (await readdir(shardDir))[0]!);
+const onnxPath = join(modelDir, (await readdir(modelDir)).find((e) => /^range-[0-9a-f]+\.onnx$/.test(e))!);
 
 const hd = 64;
 const kvH = shape.kvHeads;

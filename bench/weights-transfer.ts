@@ -1,19 +1,22 @@
 // How fast a member receives its weights from the host (real processes on loopback), two ways side
 // by side in one run: the encrypted stream through the session (`--weights-http off`) and the
-// host's HTTP range server (pipeline/weights-http.ts, the default when direct links are on). A
-// synthetic f32 model of about 100 MB, a host that holds almost nothing, one member that receives
-// nearly all layers; the member writes and hashes the bytes as they arrive. Rates: the member's
-// own figure at its final weights-progress (bytes over the transfer's time) and bytes over load_ms
-// (assignment to ready, shard build included).
+// host's HTTP range server (pipeline/weights-http.ts, the default when direct links are on, with
+// the member's own token). A synthetic f32 model of about 190 MB, a host that holds almost nothing,
+// one member that receives nearly all layers; the member writes and hashes the bytes as they
+// arrive. Two rates per path: the transfer (the member's transfer_ms: from the first byte asked
+// for to the last one hashed and on disk) and "to ready" (load_ms: assignment to a ready stage,
+// the shard build included). Then the HTTP path alone in this one process (server and fetch share
+// its thread), one span at a time and PARALLEL_SPANS at once.
 // Run: npx tsx bench/weights-transfer.ts [label]
 // Prints a table and writes bench/results/weights-transfer.json (rows are appended by label and path).
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
-import { fetchSpans, hashSpans, PartialModel, stageSpans } from '../electron/engine/pipeline/member-weights.js';
+import { hashSpans, PartialModel, stageSpans } from '../electron/engine/pipeline/member-weights.js';
+import { fetchSpans, PARALLEL_SPANS } from '../electron/engine/pipeline/span-fetch.js';
 import { startWeightsHttp } from '../electron/engine/pipeline/weights-http.js';
 import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { FaultRing } from '../electron/engine/test-support/fault-ring.js';
@@ -26,51 +29,82 @@ const PATHS = [
   { path: 'encrypted-stream', hostArgs: ['--weights-http', 'off'], source: 'host' },
   { path: 'host-http', hostArgs: [], source: 'host-http' },
 ] as const;
+
+interface Row {
+  label: string;
+  path: string;
+  source: string;
+  bytes: number;
+  /** First byte asked for to the last one hashed and on disk. */
+  transfer_ms: number;
+  transfer_mb_s: number;
+  /** Assignment to ready (the shard build included); null for the fetch-only rows. */
+  load_ms: number | null;
+  ready_mb_s: number | null;
+  progress_events: number | null;
+  /** Fetch-only rows: this process's CPU time (both ends, all threads) and MB per CPU-second: a figure the machine's load does not change much. */
+  cpu_ms: number | null;
+  mb_per_cpu_s: number | null;
+  load_average_1m: number;
+}
+
+const mbs = (bytes: number, ms: number): number => bytes / 1e6 / (ms / 1000);
+
 try {
   const model = join(dir, 'wt.gguf');
-  const shape = { name: 'wt', architecture: 'llama', blockCount: 8, embeddingLength: 512, headCount: 8, headCountKv: 4, feedForwardLength: 1408, vocabSize: 320, contextLength: 256 };
+  const shape = { name: 'wt', architecture: 'llama', blockCount: 16, embeddingLength: 512, headCount: 8, headCountKv: 4, feedForwardLength: 1408, vocabSize: 320, contextLength: 256 };
   await run(process.execPath, [...kiwiEntry(), 'synth', '--shape', JSON.stringify(shape), '--quant', 'f32', '--out', model, '--json'], { cwd: repoRoot });
   const sizes = modelSizesFromGguf(await openGguf(model));
   const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * 256;
   const hostCaps = join(dir, 'capabilities-host.json');
   await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: sizes.headResidentBytes + perBlock + perBlock / 2 } }));
-  const rows: Array<{ label: string; path: string; source: string; bytes: number; load_ms: number; mb_s: number; member_reported_mb_s: number; progress_events: number }> = [];
+  const rows: Row[] = [];
   for (const p of PATHS) {
     const procs = new ProcessSet();
     const runDir = join(dir, p.path);
     await mkdir(runDir, { recursive: true });
     try {
-      const ring = await FaultRing.start(procs, { model, members: [{ name: 'm1', memoryBytes: 16 * perBlock }], dir: runDir, hostArgs: ['--capabilities', hostCaps, ...p.hostArgs], formTimeoutMs: 300_000 });
+      const ring = await FaultRing.start(procs, { model, members: [{ name: 'm1', memoryBytes: 2 * shape.blockCount * perBlock }], dir: runDir, hostArgs: ['--capabilities', hostCaps, ...p.hostArgs], formTimeoutMs: 300_000 });
       const progress = ring.member('m1').events.filter((e) => e.event === 'weights-progress');
       const ready = ring.member('m1').events.find((e) => e.event === 'ready')!;
       if (ready.source !== p.source) throw new Error(`${p.path}: the member loaded from ${String(ready.source)}, not ${p.source}`);
       const bytes = ready.transferred_bytes as number;
       const loadMs = ready.load_ms as number;
-      rows.push({ label, path: p.path, source: ready.source as string, bytes, load_ms: loadMs, mb_s: bytes / 1e6 / (loadMs / 1000), member_reported_mb_s: ((progress.at(-1)?.bytes_per_s as number | null) ?? 0) / 1e6, progress_events: progress.length });
+      const transferMs = ready.transfer_ms as number;
+      rows.push({ label, path: p.path, source: p.source, bytes, transfer_ms: transferMs, transfer_mb_s: mbs(bytes, transferMs), load_ms: loadMs, ready_mb_s: mbs(bytes, loadMs), progress_events: progress.length, cpu_ms: null, mb_per_cpu_s: null, load_average_1m: loadavg()[0]! });
     } finally {
       procs.killAll();
       await procs.dispose();
     }
   }
-  // The HTTP path alone, in one process (no ring, no shard build): the host's server and the
+  // The HTTP path alone, in this one process (no ring, no shard build): the host's server and the
   // member's fetchSpans (write + sha256 as bytes arrive) over loopback, the same spans.
   {
     const file = await openGguf(model);
     const spans = await hashSpans(model, stageSpans(file, { start: 0, end: shape.blockCount }));
     const server = await startWeightsHttp(model, { host: '127.0.0.1' });
     try {
-      const partial = await PartialModel.open(join(dir, 'direct'), 'd'.repeat(64), file.fileSize);
-      const t0 = performance.now();
-      let bytes = 0;
-      await fetchSpans(server.urls[0]!, spans, partial, (n) => (bytes += n), { token: server.token });
-      const ms = performance.now() - t0;
-      rows.push({ label, path: 'host-http-fetch-only', source: 'host-http', bytes, load_ms: ms, mb_s: bytes / 1e6 / (ms / 1000), member_reported_mb_s: bytes / 1e6 / (ms / 1000), progress_events: 0 });
+      const token = await server.grant('bench', spans);
+      for (const parallel of [1, PARALLEL_SPANS]) {
+        const partial = await PartialModel.open(join(dir, `direct-${parallel}`), 'd'.repeat(64), file.fileSize);
+        const cpu0 = process.cpuUsage();
+        const t0 = performance.now();
+        let bytes = 0;
+        await fetchSpans(server.urls[0]!, spans, partial, (n) => (bytes += n), { token, parallel });
+        const ms = performance.now() - t0;
+        const cpu = process.cpuUsage(cpu0);
+        const cpuMs = (cpu.user + cpu.system) / 1000;
+        rows.push({ label, path: `host-http-fetch-only-x${parallel}`, source: 'host-http', bytes, transfer_ms: ms, transfer_mb_s: mbs(bytes, ms), load_ms: null, ready_mb_s: null, progress_events: null, cpu_ms: cpuMs, mb_per_cpu_s: mbs(bytes, cpuMs), load_average_1m: loadavg()[0]! });
+      }
     } finally {
       await server.close();
     }
   }
-  console.log('label\tpath\tMB\tload ms\tMB/s (to ready)\tMB/s (member)\tprogress events');
-  for (const r of rows) console.log(`${r.label}\t${r.path}\t${(r.bytes / 1e6).toFixed(1)}\t${Math.round(r.load_ms)}\t${r.mb_s.toFixed(1)}\t${r.member_reported_mb_s.toFixed(1)}\t${r.progress_events}`);
+  const fixed = (v: number | null, digits = 1): string => (v === null ? '-' : v.toFixed(digits));
+  console.log('label\tpath\tMB\ttransfer ms\tMB/s (transfer)\tready ms\tMB/s (to ready)\tprogress events\tMB/cpu-s\tload 1m');
+  for (const r of rows) {
+    console.log(`${r.label}\t${r.path}\t${(r.bytes / 1e6).toFixed(1)}\t${Math.round(r.transfer_ms)}\t${r.transfer_mb_s.toFixed(1)}\t${fixed(r.load_ms, 0)}\t${fixed(r.ready_mb_s)}\t${r.progress_events ?? '-'}\t${fixed(r.mb_per_cpu_s, 0)}\t${r.load_average_1m.toFixed(2)}`);
+  }
   const out = join(repoRoot, 'bench/results/weights-transfer.json');
   await mkdir(join(repoRoot, 'bench/results'), { recursive: true });
   let earlier: unknown[] = [];

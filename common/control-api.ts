@@ -103,6 +103,10 @@ export const StageWire = z.object({
   head: z.boolean(),
   /** Predicted or measured time of this stage per token. */
   stage_ms: z.number().nullable(),
+  /** The plan's prediction for this stage (ms per token; null in the memory tier). */
+  predicted_ms: z.number().nullable().optional(),
+  /** Measured over recent ring steps (ms per step; null before any). */
+  measured_ms: z.number().nullable().optional(),
   state: StageStateWire.nullable(),
 });
 export type StageWire = z.infer<typeof StageWire>;

@@ -70,7 +70,7 @@ export async function blockProbeFor(
         ...(signal !== undefined ? { signal } : {}),
         onProgress,
       });
-      return { block_ms: Math.round(r.blockMs * 1000) / 1000, runs: r.runs, provider: r.provider };
+      return { block_ms: Math.round(r.blockMs * 1000) / 1000, step_ms: Math.round(r.stepMs * 1000) / 1000, runs: r.runs, provider: r.provider };
     },
   };
 }
@@ -88,7 +88,9 @@ function formatBench(r: DeviceBenchJson): string {
         (r.bandwidth.fallback_reason !== null ? ` — fallback: ${r.bandwidth.fallback_reason}` : ''),
     ],
     ...r.bandwidth.providers.map((p): [string, string] => [`bw ${p.provider}`, `${p.gbps.toFixed(1)} GB/s through the ${p.provider} execution provider`]),
-    ...(r.block !== null ? [['block', `${r.block.block_ms} ms per decoder block (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]] : []),
+    ...(r.block !== null
+      ? [['block', `${r.block.block_ms} ms per decoder block + ${r.block.step_ms ?? 0} ms per step (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]]
+      : []),
     ['measured', `${r.measured_at}${r.cached ? ' (cached)' : ''}`],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));

@@ -65,5 +65,14 @@ export function printRingEvents(ring: SessionHost, server: OpenAiServer, print: 
   ring.on('warning', (err) => print('warning', { code: err.code, message: err.message, ...(typeof err.details.member === 'string' ? { member: err.details.member } : {}) }, `warning: ${err.message}`));
   ring.on('recovering', (reason) => print('recovering', { reason }, `re-planning the ring: ${reason}`));
   ring.on('waiting', (reason) => print('waiting', { reason }, reason));
+  ring.on('replanned', (r) => print('replanned', {
+    reason: r.reason, epoch: r.epoch, stage: r.stage.name, start: r.stage.start, end: r.stage.end,
+    predicted_ms: round3(r.stage.predictedMs), measured_ms: round3(r.stage.measuredMs), spread_ms: round3(r.stage.spreadMs), steps: r.steps,
+    block_ms: Object.fromEntries(Object.entries(r.blockMs).map(([k, v]) => [k, round3(v)])),
+  }, `re-planned (${r.message})`));
   ring.on('recovered', (r) => print('recovered', { epoch: r.epoch, reason: r.reason, duration_ms: r.durationMs, bytes_moved: r.bytesMoved, resumed_requests: r.resumedRequests }, `the ring recovered in ${r.durationMs} ms (epoch ${r.epoch}, ${r.resumedRequests} requests resumed, ${r.bytesMoved} bytes moved)`));
+}
+
+function round3(x: number): number {
+  return Math.round(x * 1000) / 1000;
 }

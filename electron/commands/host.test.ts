@@ -38,6 +38,12 @@ describe('kiwi host flags', () => {
     }
   });
 
+  it('--replan-drift is off or the drift threshold in percent', () => {
+    expect(ringFlagOptions(ctx({ 'replan-drift': 'off' })).drift).toBe(false);
+    expect(ringFlagOptions(ctx({ 'replan-drift': '40' })).drift).toMatchObject({ threshold: 0.4 });
+    expect(usageError(() => ringFlagOptions(ctx({ 'replan-drift': 'sometimes' })))).toMatch(/--replan-drift must be off or a percentage/);
+  });
+
   it('--heartbeat-timeout sets the soft eviction; the hard one is 8 times it, at least 120 s', () => {
     expect(evictionTimes(ctx({}))).toEqual({ softEvictMs: 15_000, hardEvictMs: 120_000 });
     expect(evictionTimes(ctx({ 'heartbeat-timeout': '3' }))).toEqual({ softEvictMs: 3000, hardEvictMs: 120_000 });

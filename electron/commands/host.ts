@@ -12,6 +12,7 @@ import { checkModelFile, createHostNode, measureHostDevice, type HostModel } fro
 import { resolveChatTemplate } from '../engine/server/chat-template-names.js';
 import { formatRequestLog, type RequestLogEntry } from '../engine/server/openai-api.js';
 import { DEFAULT_WIRE_POLICY, parseWirePolicy, type WirePolicy } from '../engine/pipeline/link-wire.js';
+import { parseDriftFlag, type DriftOptions } from '../engine/pipeline/stage-drift.js';
 import { API_BROWSER_OPTIONS, apiBrowserPolicy, warnIfUnprotected } from './api-flags.js';
 import { readCapabilities } from './capabilities-file.js';
 import { booleanOption, defineCommand, stringOption, type CommandContext } from './command.js';
@@ -22,6 +23,7 @@ import { printRingEvents, printSessionEvents } from './host-events.js';
 import { eventPrinter, untilStopped, type EventPrinter } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 import { parseProviderChoice, type StageProvider } from '../engine/device/execution-providers.js';
+import { parseSpeculative } from '../engine/runtime/speculative.js';
 
 export const hostCommand = defineCommand({
   name: 'host',
@@ -57,6 +59,10 @@ export const hostCommand = defineCommand({
     turn: { type: 'string', valueName: 'URLS', description: 'TURN servers for ICE links, comma-separated turn:USER:PASSWORD@HOST:PORT' },
     'heartbeat-timeout': { type: 'string', valueName: 'S', description: 'Seconds of silence after which a member leaves the ring and the ring is re-planned (default 15); a member is forgotten after 8 times as long, at least 120 s' },
     'recovery-timeout': { type: 'string', valueName: 'S', description: 'Seconds requests wait for enough members to hold the model again before they fail (default 120)' },
+    'replan-drift': {
+      type: 'string', valueName: 'off|PERCENT',
+      description: 'Re-plan at a safe point, with measured block times, when a stage\'s measured time per step stays more than PERCENT off its prediction (and beyond its run-to-run spread) over many steps (default 25); off: never',
+    },
     'soft-evict-ms': { type: 'string', valueName: 'MS', description: '--heartbeat-timeout in ms (default 15000)' },
     'hard-evict-ms': { type: 'string', valueName: 'MS', description: 'Silence after which a member is forgotten (default 8 x the heartbeat timeout, at least 120000)' },
     'settle-ms': { type: 'string', valueName: 'MS', description: 'Without --expect: plan once members stopped joining for this long', default: '3000' },
@@ -71,6 +77,8 @@ export const hostCommand = defineCommand({
     'api-key': { type: 'string', valueName: 'KEY', description: 'Require Authorization: Bearer KEY on every /v1 request (or $KIWI_API_KEY)' },
     ...API_BROWSER_OPTIONS,
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once', default: '8' },
+    speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding: off, auto (prompt-lookup drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8; drafts are verified in one trip round the ring (same tokens up to float rounding: drafts are checked as one chunk, whose attention sums in another order than decode steps)', default: 'off' },
+    'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept on every stage for prompts that start the same way (inside the KV budget; 0: off)', default: '256' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a slot; more get HTTP 429', default: '64' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for the host\'s own stages (default: all cores)' },
     provider: { ...PROVIDER_OPTION, description: `${PROVIDER_OPTION.description} (with --model: the host's own stages)` },
@@ -201,16 +209,21 @@ export function evictionTimes(ctx: CommandContext): { softEvictMs: number; hardE
   return { softEvictMs, hardEvictMs };
 }
 
-/** What `kiwi host` adds to SessionHostOptions beyond the model: --activations/--zstd and --recovery-timeout. */
+/** What `kiwi host` adds to SessionHostOptions beyond the model: --activations/--zstd, --recovery-timeout and --replan-drift. */
 export interface RingFlagOptions {
   wirePolicy: WirePolicy;
   recoveryTimeoutMs?: number;
+  drift?: DriftOptions | false;
 }
 
 export function ringFlagOptions(ctx: CommandContext): RingFlagOptions {
   const wirePolicy = parseWirePolicy(stringOption(ctx, 'activations'), stringOption(ctx, 'zstd'));
   const recovery = stringOption(ctx, 'recovery-timeout');
-  return { wirePolicy, ...(recovery !== undefined ? { recoveryTimeoutMs: secondsOption(recovery, 'recovery-timeout', 0, SECONDS_MAX) } : {}) };
+  const drift = stringOption(ctx, 'replan-drift');
+  return {
+    wirePolicy, ...(drift !== undefined ? { drift: parseDriftFlag(drift) } : {}),
+    ...(recovery !== undefined ? { recoveryTimeoutMs: secondsOption(recovery, 'recovery-timeout', 0, SECONDS_MAX) } : {}),
+  };
 }
 
 /** --weights-http on|off. */
@@ -238,6 +251,8 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       ...flags,
       maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
       maxBatch: parallel,
+      promptCacheBytes: intOption(stringOption(ctx, 'prompt-cache-mb') ?? '256', 'prompt-cache-mb', 0, 1_048_576) * 1024 * 1024,
+      speculative: parseSpeculative(stringOption(ctx, 'speculative') ?? 'off'),
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
     },

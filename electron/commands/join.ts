@@ -128,7 +128,7 @@ export const joinCommand = defineCommand({
     ring.on('weights-progress', (p) => print.progress('weights-progress', 'weights', {
       received_bytes: p.receivedBytes, total_bytes: p.totalBytes, bytes_per_s: p.bytesPerSecond, eta_s: p.etaSeconds, final: p.final,
     }, `weights: ${progressText({ done: p.receivedBytes, total: p.totalBytes, rate: p.bytesPerSecond, etaSeconds: p.etaSeconds, final: p.final })}`, p.final));
-    ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs) }, `ready (weights from ${r.source})`));
+    ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs), ...(r.transferMs !== undefined ? { transfer_ms: Math.round(r.transferMs) } : {}) }, `ready (weights from ${r.source})`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
     ring.on('memory', (m) => print('memory', { low: m.low, free_bytes: m.freeBytes, memory_bytes: m.memoryBytes },
       m.low ? `free memory is low (${Math.round(m.freeBytes / 2 ** 20)} MiB): asking the host for fewer layers` : 'free memory is back: offering the full share again'));

@@ -14,6 +14,7 @@ import { booleanOption, defineCommand, stringOption } from './command.js';
 import { resolveModelArg } from './model-arg.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
+import { parseSpeculative } from '../engine/runtime/speculative.js';
 
 const PROVIDERS: readonly ExecutionProvider[] = ['cpu', 'cuda', 'dml'];
 
@@ -38,6 +39,8 @@ export const serveCommand = defineCommand({
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once (batched decoding)', default: '8' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a free slot; more get HTTP 429', default: '64' },
     'kv-cache-mb': { type: 'string', valueName: 'MB', description: 'KV-cache budget shared by running requests (at least one full context)', default: '1024' },
+    speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding: off, auto (prompt-lookup drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8 (same tokens up to float rounding: drafts are checked as one chunk, whose attention sums in another order than decode steps)', default: 'off' },
+    'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept for prompts that start the same way (inside the KV-cache budget, given back when requests need it; 0: off)', default: '256' },
     provider: { type: 'string', valueName: 'EP', description: 'Execution provider: cpu, cuda or dml (default: best available)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads (default: all cores)' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graphs in memory instead of using the shard cache on disk' },
@@ -57,6 +60,8 @@ export const serveCommand = defineCommand({
     const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
     const maxQueue = intOption(stringOption(ctx, 'max-queue') ?? '64', 'max-queue', 0, 100_000);
     const kvCacheMb = intOption(stringOption(ctx, 'kv-cache-mb') ?? '1024', 'kv-cache-mb', 1, 1_048_576);
+    const promptCacheMb = intOption(stringOption(ctx, 'prompt-cache-mb') ?? '256', 'prompt-cache-mb', 0, 1_048_576);
+    const speculative = parseSpeculative(stringOption(ctx, 'speculative') ?? 'off');
     const provider = stringOption(ctx, 'provider');
     if (provider !== undefined && !PROVIDERS.includes(provider as ExecutionProvider)) {
       throw new KiwiError('USAGE', `--provider must be one of ${PROVIDERS.join(', ')}, got '${provider}'`);
@@ -86,6 +91,8 @@ export const serveCommand = defineCommand({
         shardCache: !booleanOption(ctx, 'no-shard-cache'),
         maxBatch: parallel,
         kvBudgetBytes: kvCacheMb * 1024 * 1024,
+        promptCacheBytes: promptCacheMb * 1024 * 1024,
+        speculative,
         ...(chatTemplate !== undefined ? { chatTemplate } : {}),
       },
       api: {

@@ -28,7 +28,10 @@ export interface BlockProbe {
 }
 
 export interface BlockMeasurement {
+  /** What one more block adds to a decode step. */
   block_ms: number;
+  /** The fixed part of a stage's decode step, whatever its blocks (session run, embedding, I/O). */
+  step_ms?: number;
   runs: number;
   provider: string;
 }
@@ -62,7 +65,10 @@ const measurementsSchema = z.strictObject({
     /** Per working non-CPU execution provider: its device's bandwidth through that provider. */
     providers: z.array(z.strictObject({ provider: z.string(), gbps: z.number().positive(), bytes: z.number().int().positive(), samples_gbps: z.array(z.number()) })),
   }),
-  blocks: z.record(z.string(), z.strictObject({ block_ms: z.number().positive(), runs: z.number().int().positive(), provider: z.string() })),
+  blocks: z.record(
+    z.string(),
+    z.strictObject({ block_ms: z.number().positive(), step_ms: z.number().nonnegative().optional(), runs: z.number().int().positive(), provider: z.string() }),
+  ),
 });
 
 export type Measurements = z.infer<typeof measurementsSchema>;
@@ -80,7 +86,7 @@ export interface DeviceBenchJson {
   bandwidth: Measurements['bandwidth'];
   block: (BlockMeasurement & { key: string }) | null;
   /** This machine as a `devices` entry of a fleet file (electron/engine/planner/README.md). */
-  fleet_device: { name: string; memory_bytes: number; bandwidth_gbps: number | null; block_ms: number | null };
+  fleet_device: { name: string; memory_bytes: number; bandwidth_gbps: number | null; block_ms: number | null; step_ms?: number };
 }
 
 /** What identifies the hardware: a different CPU, RAM size, GPU set, OS or probe means measure again. */
@@ -200,6 +206,7 @@ export function benchJson(host: HostInfo, m: Measurements, cached: boolean, bloc
       memory_bytes: onGpu ? largestFreeVram : host.memory.availableBytes,
       bandwidth_gbps: onGpu ? gpuBandwidth : m.bandwidth.host_gbps,
       block_ms: block?.block_ms ?? null,
+      ...(block?.step_ms !== undefined ? { step_ms: block.step_ms } : {}),
     },
   };
 }

@@ -167,7 +167,7 @@ async function serveRing(session: HostSession, model: HostModel, file: Pick<Sess
     ...(measured !== undefined ? { hostDevice: measured } : {}),
     ...file,
     ...(model.url !== undefined ? { modelUrl: model.url } : {}),
-    ...(weightsHttp !== undefined ? { weightsHttp: { urls: weightsHttp.urls, token: weightsHttp.token } } : {}),
+    ...(weightsHttp !== undefined ? { weightsHttp: { urls: weightsHttp.urls, tokens: weightsHttp } } : {}),
     session: {},
   });
   if (model.chatTemplate !== undefined) ring.backend.chatTemplateOverride = model.chatTemplate;

@@ -174,6 +174,7 @@ function hostStatus(over: Partial<SessionHostStatus> = {}): SessionHostStatus {
     plan: undefined, stages: [],
     timing: { steps: 0, meanRingMs: null, meanHostMs: null, meanStageMs: {}, inFlight: 0 },
     kv: undefined, requests: { completed: 0, cancelled: 0, failed: 0 }, error: undefined,
+    drift: { options: false, last: null, blockMs: {}, stages: [] },
     ...over,
   };
 }
@@ -187,6 +188,19 @@ describe('the ring state on the wire', () => {
     expect(recovering.recoveries.at(-1)).toEqual({ epoch: 19, reason: 'bob dropped 17', started_at: 1017, duration_ms: 267, bytes_moved: 4096 * 17, resumed_requests: 2 });
     const waiting = ringStateWire(hostStatus({ phase: 'waiting', epoch: 2, waitingUntil: 99_000 }));
     expect(waiting).toEqual({ phase: 'waiting', epoch: 2, recovery: null, waiting_until: 99_000, recoveries: [] });
+  });
+
+  it('shows each stage\'s predicted and measured ms side by side, measured as the drift monitor\'s decode median where it has one', () => {
+    const plan = { stages: [{ device: 'host', start: 0, end: 1, head: true, stage_ms: 1.05 }, { device: 'bob', start: 1, end: 7, head: false, stage_ms: 0.3 }, { device: 'ada', start: 7, end: 8, head: false, stage_ms: 1 }], head: 'host', circuit_ms: 2.35 };
+    const s = hostStatus({
+      plan: plan as unknown as SessionHostStatus['plan'],
+      stages: [{ peer: 0, name: 'host', start: 0, end: 1, head: true, state: 'ready' }, { peer: 2, name: 'bob', start: 1, end: 7, head: false, state: 'ready' }, { peer: 1, name: 'ada', start: 7, end: 8, head: false, state: 'ready' }],
+      timing: { steps: 40, meanRingMs: 9, meanHostMs: 2, meanStageMs: { '1-7': 6.2, '7-8': 1.4 }, inFlight: 0 },
+      drift: { options: false, last: null, blockMs: {}, stages: [{ name: 'bob', start: 1, end: 7, predictedMs: 0.3, measuredMs: 4.4, samples: 24 }] },
+    });
+    expect(ringPlanWire(s).plan?.stages.map((x) => [x.name, x.predicted_ms, x.measured_ms, x.stage_ms])).toEqual([
+      ['host', 1.05, 2, 2], ['bob', 0.3, 4.4, 6.2], ['ada', 1, 1.4, 1.4],
+    ]);
   });
 
   it('passes each stage\'s state on, a member that kept its layers as kept', () => {

@@ -1,5 +1,5 @@
 // The control API over the ring: maps SessionHost.status() into the wire's plan (who holds which
-// layers, predicted or measured stage ms, tokens/s, or why there is no plan), its ring state
+// layers, predicted and measured stage ms side by side, tokens/s, or why there is no plan), its ring state
 // (phase, generation, recoveries) and whether tokens flow (hostedRing: a running ring as
 // SessionControl's HostedSession), and a RingMember's status into the member's assignment. The
 // nodes themselves are composed in host-node.ts and member-node.ts.
@@ -18,7 +18,9 @@ export const FLOW_HOLD_MS = 2 * TIMING_REFRESH_MS;
 /**
  * The ring's plan as the UI shows it. Once the host assigned the stages they name the peers; the
  * time of each stage is measured (mean of recent ring steps) when there are steps, else the
- * planner's prediction. tokens/s is one request's: 1000 / ring time (measured or predicted).
+ * planner's prediction; predicted_ms and measured_ms give both, measured as the drift monitor sees
+ * it (median of recent single-request decode steps, the unit the plan predicts) where it has
+ * steps, else the mean. tokens/s is one request's: 1000 / ring time (measured or predicted).
  */
 export function ringPlanWire(s: SessionHostStatus): { plan: PlanWire | null; error: WireError | null } {
   const error = s.error ?? null;
@@ -28,16 +30,18 @@ export function ringPlanWire(s: SessionHostStatus): { plan: PlanWire | null; err
   const peerByName = new Map<string, number>(s.session.members.map((m) => [m.name, m.peer]));
   const measured = (start: number, end: number, head: boolean): number | undefined =>
     head ? (s.timing.meanHostMs ?? undefined) : s.timing.meanStageMs[`${start}-${end}`];
+  const decodeMs = new Map(s.drift.stages.map((d) => [`${d.name}|${d.start}-${d.end}`, d.measuredMs]));
   const stages: StageWire[] = s.stages.length > 0
-    ? s.stages.map((st) => ({
-      peer: st.peer, name: st.name, start: st.start, end: st.end, head: st.head,
-      stage_ms: measured(st.start, st.end, st.head) ?? predicted.get(`${st.name}|${st.start}-${st.end}`) ?? null,
-      state: st.state,
-    }))
+    ? s.stages.map((st) => {
+      const key = `${st.name}|${st.start}-${st.end}`;
+      const m = measured(st.start, st.end, st.head) ?? null;
+      const p = predicted.get(key) ?? null;
+      return { peer: st.peer, name: st.name, start: st.start, end: st.end, head: st.head, stage_ms: m ?? p, predicted_ms: p, measured_ms: decodeMs.get(key) ?? m, state: st.state };
+    })
     // Planned but not yet assigned: the host is the head device, members are found by name.
     : plan.stages.map((p) => ({
       peer: p.device === plan.head ? 0 : (peerByName.get(p.device) ?? -1), name: p.device, start: p.start, end: p.end, head: p.head, stage_ms: p.stage_ms,
-      state: null,
+      predicted_ms: p.stage_ms, measured_ms: null, state: null,
     }));
   const ringMs = s.timing.meanRingMs ?? plan.circuit_ms;
   return {

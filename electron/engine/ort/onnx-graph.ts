@@ -36,8 +36,15 @@ export interface Initializer {
   dims: number[];
   /** Little-endian element bytes, exactly product(dims) * ELEM_BYTES[type] long; empty once spilled. */
   bytes: Uint8Array;
-  /** Where a spilled initializer's bytes went in the external-data file. */
-  spilled?: { offset: number; length: number };
+  /** Where a spilled initializer's bytes went: the external-data file (or `location`, a file of its own). */
+  spilled?: { offset: number; length: number; location?: string };
+}
+
+/** Where `GraphBuilderOptions.place` put an initializer's bytes: a file next to the model. */
+export interface ExternalRef {
+  location: string;
+  offset: number;
+  length: number;
 }
 
 export interface GraphBuilderOptions {
@@ -46,6 +53,12 @@ export interface GraphBuilderOptions {
    * keeps no reference to them (large initializers only, EXTERNAL_MIN_BYTES and up).
    */
   spill?: (bytes: Uint8Array) => { offset: number; length: number };
+  /**
+   * Asked first for every initializer, whatever its size: returns where its bytes are (written now,
+   * or already there from an earlier build: then `bytes` may be empty and is not checked), or
+   * undefined to leave it to `spill` / the model. The shard cache keeps each layer in its own file.
+   */
+  place?: (name: string, type: ElemType, dims: number[], bytes: Uint8Array) => ExternalRef | undefined;
 }
 
 interface NodeSpec {
@@ -91,6 +104,12 @@ export class GraphBuilder {
   }
 
   initializer(name: string, type: ElemType, dims: number[], bytes: Uint8Array): string {
+    const placed = this.opts.place?.(name, type, dims, bytes);
+    if (placed !== undefined) {
+      this.claim(name);
+      this.initializers.push({ name, type, dims, bytes: new Uint8Array(0), spilled: placed });
+      return name;
+    }
     const expected = dims.reduce((a, b) => a * b, 1) * ELEM_BYTES[type];
     if (bytes.byteLength !== expected) {
       throw new Error(`initializer ${name}: ${bytes.byteLength} bytes for dims [${dims.join(', ')}] ${type} (expected ${expected})`);
@@ -159,7 +178,7 @@ export interface EncodedModel {
 }
 
 /** Initializers at least this large go to external data when an external file is requested. */
-const EXTERNAL_MIN_BYTES = 1024;
+export const EXTERNAL_MIN_BYTES = 1024;
 const EXTERNAL_ALIGN = 64;
 
 /** The offset at or after `end` where the next external initializer starts. */
@@ -177,7 +196,7 @@ export function encodeModel(graph: GraphBuilder, opts: { externalDataFile?: stri
   const external: Array<{ offset: number; bytes: Uint8Array }> = [];
   let externalBytes = 0;
   // Spilled initializers are already in the file: the others go after them.
-  for (const init of graph.initializers) if (init.spilled !== undefined) externalBytes = Math.max(externalBytes, init.spilled.offset + init.spilled.length);
+  for (const init of graph.initializers) if (init.spilled !== undefined && (init.spilled.location ?? opts.externalDataFile) === opts.externalDataFile) externalBytes = Math.max(externalBytes, init.spilled.offset + init.spilled.length);
   const initializer = graph.initializers.map((init) => {
     const ref = (location: string, offset: number, length: number) =>
       onnx.TensorProto.create({
@@ -191,6 +210,7 @@ export function encodeModel(graph: GraphBuilder, opts: { externalDataFile?: stri
           { key: 'length', value: String(length) },
         ],
       });
+    if (init.spilled?.location !== undefined) return ref(init.spilled.location, init.spilled.offset, init.spilled.length);
     if (init.spilled !== undefined) {
       if (opts.externalDataFile === undefined) throw new Error(`initializer ${init.name} was spilled: encode with its externalDataFile`);
       return ref(opts.externalDataFile, init.spilled.offset, init.spilled.length);

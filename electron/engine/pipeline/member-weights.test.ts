@@ -6,8 +6,7 @@ import { isKiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { testModelPath } from '../model/test-models.js';
 import { modelFingerprint } from '../runtime/shard-cache.js';
-import { startRangeServer } from '../test-support/range-server.js';
-import { fetchSpans, hashSpans, PartialModel, SpanHashes, stageSpans, stageTensorNames } from './member-weights.js';
+import { hashSpans, PartialModel, SpanHashes, stageSpans, stageTensorNames } from './member-weights.js';
 
 let dir: string;
 let path: string;
@@ -93,46 +92,6 @@ describe('a member\'s weights', () => {
     const end = spans[spans.length - 1]!;
     await expect(partial.write(end.offset + end.bytes + 1, new Uint8Array(4), spans)).rejects.toSatisfy((e) => isKiwiError(e, 'WEIGHTS_TRANSFER_FAILED'));
     expect(partial.missing(spans)).toEqual(spans);
-  });
-
-  it('fetches exactly its spans from a URL with one range request each, verified like a transfer from the host', async () => {
-    const original = await readFile(path);
-    const server = await startRangeServer({ body: original });
-    try {
-      const spans = await hashSpans(path, stageSpans(file, { start: 2, end: 4 }));
-      const partial = await PartialModel.open(join(dir, 'e'), await modelFingerprint(file), file.fileSize);
-      let fetched = 0;
-      await fetchSpans(`${server.url}/model.gguf`, spans, partial, (n) => (fetched += n));
-      expect(server.requests.map((r) => r.range)).toEqual(spans.map((s) => `bytes=${s.offset}-${s.offset + s.bytes - 1}`));
-      expect(fetched).toBe(spans.reduce((n, s) => n + s.bytes, 0));
-      expect(partial.missing(spans)).toEqual([]);
-      expect(await modelFingerprint(await openGguf(partial.path))).toBe(await modelFingerprint(file));
-    } finally {
-      await server.close();
-    }
-  });
-
-  it('fails a URL transfer that ignores ranges or serves other bytes, keeping the spans verified before', async () => {
-    const original = await readFile(path);
-    const spans = await hashSpans(path, stageSpans(file, { start: 1, end: 2 }));
-    const fp = await modelFingerprint(file);
-    const noRanges = await startRangeServer({ body: original, supportRange: false });
-    const other = Buffer.from(original);
-    const last = spans[spans.length - 1]!;
-    other[last.offset] = (other[last.offset]! + 1) & 0xff;
-    const wrong = await startRangeServer({ body: other });
-    try {
-      const a = await PartialModel.open(join(dir, 'f'), fp, file.fileSize);
-      await expect(fetchSpans(noRanges.url, spans, a, () => {})).rejects.toSatisfy((e) => isKiwiError(e, 'WEIGHTS_TRANSFER_FAILED'));
-      expect(a.missing(spans)).toEqual(spans);
-      const b = await PartialModel.open(join(dir, 'g'), fp, file.fileSize);
-      await expect(fetchSpans(wrong.url, spans, b, () => {})).rejects.toSatisfy((e) => isKiwiError(e, 'WEIGHTS_TRANSFER_FAILED'));
-      expect(b.missing(spans)).toEqual([last]);
-      await expect(fetchSpans('http://127.0.0.1:1/none', spans, b, () => {})).rejects.toSatisfy((e) => isKiwiError(e, 'WEIGHTS_TRANSFER_FAILED'));
-    } finally {
-      await noRanges.close();
-      await wrong.close();
-    }
   });
 });
 

@@ -2,14 +2,15 @@
 // GGUF under the cache: a sparse file of the host file's size holding the header and exactly the
 // byte spans of this member's tensors at their original offsets, so the GGUF reader, the shard
 // cache key and the stage loader work on it unchanged and nothing else is ever stored.
-// progress.jsonl records the spans already verified (sha256), so an interrupted transfer resumes.
-// fetchSpans fills it from a URL instead, one HTTP Range request per span, hashing as it writes.
+// progress.jsonl records the spans already verified (sha256), so an interrupted transfer resumes,
+// and those released once the shard cache built their layer (member-layers.ts: a hole now).
+// span-fetch.ts fills it from a URL instead, with HTTP Range requests, hashing as it writes.
 import { createHash } from 'node:crypto';
 import { appendFile, mkdir, open, readFile } from 'node:fs/promises';
-import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import { punchHole } from './member-layers.js';
 import type { LayerRange } from '../runtime/layer-range.js';
 
 export interface Span {
@@ -112,6 +113,7 @@ export async function hashSpans(path: string, spans: readonly Span[]): Promise<H
 
 interface Progress {
   fingerprint: string;
+  /** Verified spans, not released. */
   done: HashedSpan[];
 }
 
@@ -126,11 +128,13 @@ async function readProgress(path: string, fingerprint: string): Promise<Progress
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { fingerprint, done: [] };
     throw err;
   }
-  const done: HashedSpan[] = [];
+  let done: HashedSpan[] = [];
   for (const line of text.split('\n')) {
     try {
-      const s = JSON.parse(line) as HashedSpan;
-      if (Number.isSafeInteger(s.offset) && Number.isSafeInteger(s.bytes) && typeof s.sha256 === 'string') done.push(s);
+      const s = JSON.parse(line) as HashedSpan & { released?: boolean };
+      if (!Number.isSafeInteger(s.offset) || !Number.isSafeInteger(s.bytes) || typeof s.sha256 !== 'string') continue;
+      if (s.released === true) done = done.filter((d) => !sameSpan(d, s));
+      else done.push({ offset: s.offset, bytes: s.bytes, sha256: s.sha256 });
     } catch {
       // An empty or partial line.
     }
@@ -181,6 +185,27 @@ export class PartialModel {
     return adopted;
   }
 
+  /** Whether `span`'s bytes are here, verified. */
+  holds(span: HashedSpan): boolean {
+    return this.progress.done.some((d) => sameSpan(d, span));
+  }
+
+  /**
+   * Frees the disk blocks of `spans` (their layers are built in the shard cache): each becomes a
+   * hole and is recorded as released, so missing() asks for it again should it be needed raw.
+   * Returns the bytes freed (0 where the system cannot punch holes: the bytes then stay).
+   */
+  async release(spans: readonly HashedSpan[]): Promise<number> {
+    let freed = 0;
+    for (const s of spans) {
+      if (!this.holds(s) || !(await punchHole(this.path, s))) continue;
+      this.progress.done = this.progress.done.filter((d) => !sameSpan(d, s));
+      await appendFile(this.progressPath, `${JSON.stringify({ ...s, released: true })}\n`);
+      freed += s.bytes;
+    }
+    return freed;
+  }
+
   /** The spans of `plan` not yet verified here. */
   missing(plan: readonly HashedSpan[]): HashedSpan[] {
     return plan.filter((s) => !this.progress.done.some((d) => sameSpan(d, s)));
@@ -214,10 +239,16 @@ export class PartialModel {
     let at = span.offset;
     return {
       write: async (data) => {
-        if (at + data.length > span.offset + span.bytes) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `${data.length} bytes at ${at} run past the span at ${span.offset} (+${span.bytes}).`);
-        h.update(data);
-        await fh.write(data, 0, data.length, at);
-        at += data.length;
+        // Several chunks go out in one writev, as they arrived (no copy into one buffer).
+        const parts = data instanceof Uint8Array ? [data] : data;
+        const n = parts.reduce((sum, p) => sum + p.length, 0);
+        if (at + n > span.offset + span.bytes) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `${n} bytes at ${at} run past the span at ${span.offset} (+${span.bytes}).`);
+        for (const p of parts) h.update(p);
+        let written = (await fh.writev(parts, at)).bytesWritten;
+        // A short writev (rare on a file): the rest goes out with plain writes.
+        const all = written < n ? Buffer.concat(parts, n) : undefined;
+        while (all !== undefined && written < n) written += (await fh.write(all, written, n - written, at + written)).bytesWritten;
+        at += n;
       },
       finish: async () => {
         await fh.close();
@@ -241,156 +272,10 @@ export class PartialModel {
 
 /** One span being written (PartialModel.spanWriter). */
 export interface SpanWriter {
-  write(data: Uint8Array): Promise<void>;
+  /** The next bytes of the span, in order: one buffer or several written together. */
+  write(data: Uint8Array | readonly Uint8Array[]): Promise<void>;
   /** Closes the file and records the span when its bytes and sha256 are the host's; throws otherwise. */
   finish(): Promise<void>;
   /** Closes the file without recording (a failed fetch). */
   close(): Promise<void>;
-}
-
-const WRITE_BYTES = 1 << 20;
-const HTTP_IDLE_MS = 10_000;
-/** A host address from another LAN (the member is in another home) never connects: give up fast. */
-const HTTP_CONNECT_MS = 2_000;
-
-/** Where fetchSpans asks: a bearer token (the host's own server, weights-http.ts) and a way to stop. */
-export interface FetchOptions {
-  token?: string;
-  signal?: AbortSignal;
-}
-
-/**
- * Fetches each span from `url` with one HTTP Range request (`bytes=a-b`) into `partial`, writing
- * and hashing the bytes as they arrive, and verifies it against the host's sha256, exactly as a
- * span streamed from the host. Any failure (network, a server without ranges, short or wrong
- * bytes) is a WEIGHTS_TRANSFER_FAILED; spans verified before it stay recorded, so the caller can
- * get the rest elsewhere.
- */
-export async function fetchSpans(url: string, spans: readonly HashedSpan[], partial: PartialModel, onBytes: (bytes: number) => void, opts: FetchOptions = {}): Promise<void> {
-  const fail = (why: string): KiwiError => new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not fetch the model's bytes from ${url}: ${why}.`);
-  for (const s of spans) {
-    if (s.bytes === 0) {
-      await partial.verify(s);
-      continue;
-    }
-    const last = s.offset + s.bytes - 1;
-    let res: RangeResponse;
-    try {
-      res = await (opts.token !== undefined ? getRangeHttp : getRangeFetch)(url, `bytes=${s.offset}-${last}`, opts);
-    } catch (err) {
-      throw fail((err as Error).message);
-    }
-    const contentRange = /^bytes (\d+)-(\d+)\/(\d+|\*)$/.exec(res.contentRange ?? '');
-    if (res.status !== 206 || contentRange === null || Number(contentRange[1]) !== s.offset || Number(contentRange[2]) !== last) {
-      await res.cancel();
-      throw fail(`asked for bytes ${s.offset}-${last}, got HTTP ${res.status}${contentRange === null ? ' without a matching Content-Range' : ` with ${contentRange[0]}`}`);
-    }
-    const reader = res.body[Symbol.asyncIterator]();
-    const writer = await partial.spanWriter(s);
-    // One write in flight while the next bytes arrive.
-    let writing: Promise<void> = Promise.resolve();
-    try {
-      let got = 0;
-      let pending: Uint8Array[] = [];
-      let pendingBytes = 0;
-      const flush = async (): Promise<void> => {
-        if (pendingBytes === 0) return;
-        await writing;
-        const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
-        const n = pendingBytes;
-        writing = writer.write(data).then(() => onBytes(n));
-        writing.catch(() => {});
-        pending = [];
-        pendingBytes = 0;
-      };
-      for (;;) {
-        let chunk: IteratorResult<Uint8Array>;
-        try {
-          chunk = await reader.next();
-        } catch (err) {
-          throw fail((err as Error).message);
-        }
-        if (chunk.done === true) break;
-        got += chunk.value.length;
-        if (got > s.bytes) {
-          await res.cancel();
-          throw fail(`the server sent more than the ${s.bytes} bytes asked for at ${s.offset}`);
-        }
-        pending.push(chunk.value);
-        pendingBytes += chunk.value.length;
-        if (pendingBytes >= WRITE_BYTES) await flush();
-      }
-      await flush();
-      await writing;
-      if (got !== s.bytes) throw fail(`the response for ${s.bytes} bytes at ${s.offset} ended after ${got}`);
-    } catch (err) {
-      await res.cancel();
-      await writing.catch(() => {});
-      await writer.close();
-      throw err;
-    }
-    await writer.finish();
-  }
-}
-
-interface RangeResponse {
-  status: number;
-  contentRange: string | null;
-  body: AsyncIterable<Uint8Array>;
-  cancel(): Promise<void>;
-}
-
-/** A Range request through fetch (a public model URL: https, redirects to a CDN). */
-async function getRangeFetch(url: string, range: string, opts: FetchOptions): Promise<RangeResponse> {
-  const res = await fetch(url, { headers: { range }, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
-  const reader = res.body?.getReader();
-  return {
-    status: reader === undefined ? 0 : res.status,
-    contentRange: res.headers.get('content-range'),
-    body: chunksOf(reader),
-    cancel: async () => {
-      await reader?.cancel().catch(() => {});
-    },
-  };
-}
-
-/** A web stream's chunks as an async iterable (the DOM typings, which e2e/ compiles with, give ReadableStream none). */
-async function* chunksOf(reader: ReadableStreamDefaultReader<Uint8Array> | undefined): AsyncGenerator<Uint8Array> {
-  if (reader === undefined) return;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return;
-    yield value;
-  }
-}
-
-/**
- * A Range request with the bearer token through node:http (the host's own server, weights-http.ts:
- * plain http, no redirects), about twice fetch's throughput on a fast link.
- */
-function getRangeHttp(url: string, range: string, opts: FetchOptions): Promise<RangeResponse> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method: 'GET', headers: { range, authorization: `Bearer ${opts.token}` }, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) }, (res) => {
-      const contentRange = res.headers['content-range'];
-      resolve({
-        status: res.statusCode ?? 0,
-        contentRange: typeof contentRange === 'string' ? contentRange : null,
-        body: res,
-        cancel: () => {
-          res.destroy();
-          return Promise.resolve();
-        },
-      });
-    });
-    // An address behind NAT may never answer: 10 s without a byte ends the attempt (the caller falls back).
-    req.setTimeout(HTTP_IDLE_MS, () => req.destroy(new Error(`no answer for ${HTTP_IDLE_MS / 1000} s`)));
-    req.on('socket', (socket) => {
-      if (!socket.connecting) return;
-      const timer = setTimeout(() => req.destroy(new Error(`no connection within ${HTTP_CONNECT_MS / 1000} s`)), HTTP_CONNECT_MS);
-      socket.once('connect', () => clearTimeout(timer));
-      socket.once('close', () => clearTimeout(timer));
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }

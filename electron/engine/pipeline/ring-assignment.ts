@@ -41,6 +41,8 @@ export interface RingPlanInput {
   members: readonly MemberView[];
   /** Memory members asked to be planned with (short of free memory), by member id. */
   memoryLimits: ReadonlyMap<string, number>;
+  /** Block times the ring measured (stage-drift-monitor.ts), by member id, the host's under '': they replace the reported ones. */
+  measuredBlockMs?: ReadonlyMap<string, number>;
   serving: ServedOrder | undefined;
   model: ModelSizes;
   context: number;
@@ -73,13 +75,17 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     const h = held.get(m.memberId);
     return h !== undefined ? { holds: [h] } : {};
   };
+  const measured = (id: string): { blockMs?: number } => {
+    const ms = input.measuredBlockMs?.get(id);
+    return ms !== undefined ? { blockMs: ms } : {};
+  };
   const { plan, stages } = planRing({
     model: input.model,
     context: input.context,
     concurrency: input.concurrency,
     devices: [
-      { peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}) },
-      ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m) })),
+      { peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}), ...measured('') },
+      ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m), ...measured(m.memberId) })),
     ],
     fallback: input.hostDevice,
     links: input.links,

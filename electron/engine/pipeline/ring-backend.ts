@@ -13,6 +13,7 @@ import { prepareOffThread } from '../completion/prompt-prepare.js';
 import { OffThreadEncoder } from '../model/tokenizer/off-thread-encoder.js';
 import type { BackendStatus, CompletionBackend, GenerationEvent, GenerationRequest, PreparedPrompt, PromptInput } from '../completion/completion-backend.js';
 import { meanPoolNormalized } from '../completion/embedding-pool.js';
+import { promptCacheHealth } from '../runtime/prefix-cache.js';
 import type { RingGenerator } from './ring-generator.js';
 
 export interface RingModel {
@@ -42,7 +43,7 @@ export class RingBackend implements CompletionBackend {
   constructor(readonly modelId: string) {}
 
   health(): Record<string, unknown> {
-    return this.ringHealth();
+    return { ...this.ringHealth(), ...promptCacheHealth(this.ring?.generator.promptCacheStats) };
   }
 
   /** Starts serving through a ready ring. */

@@ -12,10 +12,11 @@
 // overflow): that step fails with RING_PEER_NUMERIC and the member stays. Nothing a peer sends can
 // throw out of a message handler.
 import { isKiwiError, isKiwiErrorCode, KiwiError, type KiwiErrorCode } from '../errors.js';
-import type { KvCache, Stage } from '../runtime/stage.js';
+import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
+import { rollbackCache, type KvCache, type Stage } from '../runtime/stage.js';
 import type { SecureLink } from '../transport/secure-link.js';
 import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type ActivationEncoding, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
-import { decodeRingEvent, encodeRingEvent, encodeRingStep, parseStepMetadata, RingKind, stepMetadata, type StepRow } from './ring-protocol.js';
+import { decodeRingEvent, encodeRingEvent, encodeRingStep, parseStepMetadata, RingKind, stepMetadata, type RingEvent, type StepRow } from './ring-protocol.js';
 
 export interface RingLinks {
   /** The secure link to a ring neighbour, or undefined while it is down. */
@@ -42,6 +43,8 @@ export interface RingEngineOptions {
   onBroken?: (err: KiwiError) => void;
   /** A member sent malformed ring data (the link to it is closed) or non-finite activations (a precision problem). */
   onPeerFault?: (peer: number, fault: PeerFault, err: KiwiError) => void;
+  /** Each completed step's timing (the host's stage-drift monitor reads them, stage-drift-monitor.ts). */
+  onTiming?: (t: StepTiming) => void;
 }
 
 export type PeerFault = 'malformed' | 'numeric';
@@ -62,12 +65,19 @@ export interface StepTiming {
   hostMs: number;
   /** Compute time each member stage reported, by its layer range ('2-5'). */
   stageMs: Record<string, number>;
+  /** The host's own first blocks (embedding included; 0 when it runs none). */
+  firstMs: number;
+  /** Rows and tokens per row of the step (1 x 1: one request's decode step). */
+  rows: number;
+  seq: number;
 }
 
 interface Pending {
   rows: StepRow[];
   /** Tokens per row sent: the result must have exactly this shape. */
   seq: number;
+  /** Logits of this many last positions per row (speculative verification; else 1). */
+  logitsTail: number;
   started: number;
   hostMs: number;
   resolve: (logits: Float32Array[]) => void;
@@ -89,6 +99,8 @@ class Serial {
 export class RingEngine {
   private readonly pending = new Map<number, Pending>();
   private readonly caches = new Map<number, { first: KvCache | undefined; head: KvCache }>();
+  /** The host's stages' part of the prompt cache (the first stage's, then the head's). */
+  private readonly prefixKv: PrefixKvStore;
   private nextStep = 1;
   private readonly firstLock = new Serial();
   private readonly headLock = new Serial();
@@ -105,10 +117,16 @@ export class RingEngine {
   ) {
     this.attach(opts.lastPeer);
     this.attach(opts.firstPeer);
+    this.prefixKv = new PrefixKvStore(opts.head.shape.kvHeads);
   }
 
   get vocab(): number {
     return this.opts.head.shape.vocab;
+  }
+
+  /** The head returns the logits of several positions of a row (speculative verification). */
+  get verifies(): boolean {
+    return this.opts.head.verifies;
   }
 
   get inFlight(): number {
@@ -154,8 +172,33 @@ export class RingEngine {
   /** Frees a request on the host and, through a `free` event around the ring, on every member. */
   free(ids: readonly number[]): void {
     for (const id of ids) this.caches.delete(id);
+    this.sendEvent({ type: 'free', ids: [...ids] });
+  }
+
+  /** Prompt cache: every stage keeps the first `length` positions of request `id`'s caches as entry `entry` (send before free()). */
+  keepPrefix(id: number, entry: number, length: number): void {
+    const c = this.cachesOf(id);
+    this.prefixKv.keep(entry, c.first !== undefined ? [c.first, c.head] : [c.head], length);
+    this.sendEvent({ type: 'free', ids: [], keep: [{ id, entry, length }] });
+  }
+
+  /** Prompt cache: request `id` (just opened) starts with the first `length` positions of `entry`; its first step's row says `from: entry` to the members. */
+  seedPrefix(id: number, entry: number, length: number): void {
+    const cap = this.cachesOf(id).head.capacity;
+    const seeded = this.prefixKv.seed(entry, length, cap);
+    if (seeded === undefined) throw new Error(`prompt cache entry ${entry} is not held by the host`);
+    this.caches.set(id, this.opts.first !== undefined ? { first: seeded[0], head: seeded[1]! } : { first: undefined, head: seeded[0]! });
+  }
+
+  /** Prompt cache: entries evicted, on every stage. */
+  dropPrefixes(entries: readonly number[]): void {
+    this.prefixKv.drop(entries);
+    this.sendEvent({ type: 'free', ids: [], drop: [...entries] });
+  }
+
+  private sendEvent(e: RingEvent): void {
     const link = this.links.link(this.opts.firstPeer);
-    if (link !== undefined && !link.closed) link.send(encodeRingEvent({ type: 'free', ids: [...ids] }));
+    if (link !== undefined && !link.closed) link.send(encodeRingEvent(e));
   }
 
   /**
@@ -163,14 +206,21 @@ export class RingEngine {
    * `pos` is each request's position before this step; returns each row's last-position logits.
    */
   async step(
-    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number }>,
-    opts: { onHiddenNorm?: (hiddenNorm: Float32Array) => void } = {},
+    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number; from?: number | undefined }>,
+    opts: { onHiddenNorm?: (hiddenNorm: Float32Array) => void; logitsTail?: number } = {},
   ): Promise<Float32Array[]> {
     if (this.broken !== undefined) throw this.broken;
     const batch = rows.length;
     const seq = rows[0]?.tokens.length ?? 0;
+    // Speculative decoding: `logitsTail` asks for a row's last positions; positions past `pos` (drafts
+    // a verify step rejected) are dropped here and, as the row travels, on every member.
+    const logitsTail = opts.logitsTail ?? 1;
+    for (const r of rows) {
+      const c = this.caches.get(r.id);
+      for (const kv of [c?.first, c?.head]) if (kv !== undefined && kv.length > r.pos) rollbackCache(kv, r.pos);
+    }
     const ids = BigInt64Array.from(rows.flatMap((r) => r.tokens.map(BigInt))); // [batch, seq]
-    const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap }));
+    const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap, ...(r.from !== undefined ? { from: r.from } : {}) }));
     const step = this.nextStep++;
     const started = performance.now();
     let tensor: StepTensor = { kind: 'ids', ids, dims: [batch, seq] };
@@ -187,7 +237,7 @@ export class RingEngine {
     const frame = await encodeStepFrame({ metadata: stepMetadata(this.opts.epoch, step, meta), tensor }, this.opts.wire);
     const link = this.links.link(this.opts.firstPeer);
     if (link === undefined || link.closed) throw new KiwiError('RING_BROKEN', `The ring link to the first member (peer ${this.opts.firstPeer}) is down.`);
-    const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, seq, started, hostMs, resolve, reject, onHiddenNorm: opts.onHiddenNorm }));
+    const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, seq, logitsTail, started, hostMs, resolve, reject, onHiddenNorm: opts.onHiddenNorm }));
     link.send(encodeRingStep(frame));
     return result;
   }
@@ -241,19 +291,22 @@ export class RingEngine {
       const h0 = performance.now();
       const caches = rows.map((r) => this.cachesOf(r.id).head);
       const hiddenNorm = p.onHiddenNorm !== undefined;
-      const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm }));
+      const tail = p.logitsTail;
+      const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm, ...(tail !== 1 ? { logitsTail: tail } : {}) }));
       if (out.kind !== 'logits') throw new Error('the head stage returned hidden states');
       if (out.hiddenNorm !== undefined) p.onHiddenNorm?.(out.hiddenNorm);
-      const v = head.shape.vocab;
+      const v = head.shape.vocab * tail;
       const now = performance.now();
       const stageMs: Record<string, number> = {};
       for (const [k, v] of Object.entries(frame.metadata)) {
         const ms = Number(v);
         if (k.startsWith('ms.') && Number.isFinite(ms)) stageMs[k.slice(3)] = ms;
       }
-      this.timings.push({ ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs });
+      const timing: StepTiming = { ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs, firstMs: p.hostMs, rows: rows.length, seq: p.seq };
+      this.timings.push(timing);
       if (this.timings.length > 64) this.timings.shift();
       p.resolve(rows.map((_, b) => out.logits.slice(b * v, (b + 1) * v)));
+      this.opts.onTiming?.(timing);
     } catch (err) {
       p.reject(err);
     }

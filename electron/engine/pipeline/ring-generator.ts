@@ -17,6 +17,8 @@
 import { isKiwiError, KiwiError } from '../errors.js';
 import { GenerationLoop, type LoopRequest, type StepRow } from '../runtime/generation-loop.js';
 import type { KvBlockPool } from '../runtime/kv-pool.js';
+import type { Drafter } from '../runtime/prompt-lookup.js';
+import { speculationFor, type SpeculativeDecoding, type SpeculativeMode } from '../runtime/speculative.js';
 import type { RingEngine } from './ring-engine.js';
 
 export interface RingGeneratorOptions {
@@ -29,6 +31,12 @@ export interface RingGeneratorOptions {
   onRingFault?: (err: KiwiError) => void;
   /** How often one request may be caught in a failed step before it fails. Default 4. */
   maxRecomputes?: number;
+  /** The prompt cache's bound in KV bytes (runtime/prefix-cache.ts); 0 or absent: off. */
+  promptCacheBytes?: number;
+  /** Speculative decoding (runtime/speculative.ts): drafts verified in one trip round the ring; default off. */
+  speculative?: SpeculativeMode;
+  /** Its drafter; default prompt lookup. */
+  drafter?: Drafter;
 }
 
 /** Step errors that a new ring cures: a link or member went away, or a stage lost a request's cache. */
@@ -38,6 +46,8 @@ const RING_FAULTS = new Set(['RING_BROKEN', 'RING_PROTOCOL', 'RING_NOT_READY', '
 interface RingRequestState {
   /** Steps of this request that failed with the ring. */
   faults: number;
+  /** Prompt cache: the entry its caches start from, named in its first step (members copy it then). */
+  seed?: number | undefined;
 }
 
 type Request = LoopRequest<RingRequestState>;
@@ -49,13 +59,18 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   private unavailable: KiwiError | undefined;
   private idleWaiters: Array<() => void> = [];
 
+  /** Speculation's counters (for /health); undefined when off. */
+  readonly speculation: SpeculativeDecoding | undefined;
+
   constructor(
     private engine: RingEngine,
     pool: KvBlockPool,
     contextTokens: number,
     private readonly opts: RingGeneratorOptions = {},
   ) {
-    super(pool, contextTokens, { ...opts, maxInFlight: opts.maxInFlight ?? 3 });
+    const speculation = engine.verifies ? speculationFor(opts.speculative, opts.drafter) : undefined;
+    super(pool, contextTokens, { ...opts, maxInFlight: opts.maxInFlight ?? 3, ...(speculation !== undefined ? { speculation } : {}) });
+    this.speculation = speculation;
   }
 
   /** Requests started and not finished. */
@@ -84,9 +99,12 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
     this.stalled.length = 0;
     this.ready.length = 0;
     this.fresh.length = 0;
+    // The new ring's stages hold no prompt-cache entries: every request recomputes from its prompt.
+    this.prefixes?.clear();
     for (const a of live) {
       engine.open(a.id, a.reservation.capacityTokens);
       a.pos = 0;
+      a.state.seed = undefined;
       this.fresh.push(a);
     }
     this.holding = false;
@@ -137,7 +155,24 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   }
 
   protected runStep(rows: readonly StepRow<RingRequestState>[]): Promise<Float32Array[]> {
-    return this.engine.step(rows.map(({ request: a, tokens }) => ({ id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens })));
+    return this.engine.step(rows.map(({ request: a, tokens }) => {
+      const from = a.state.seed;
+      a.state.seed = undefined;
+      return { id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens, from };
+    }), rows[0]?.drafts !== undefined ? { logitsTail: rows[0].drafts.length + 1 } : {});
+  }
+
+  protected override seedPrefix(a: Request, entry: number, length: number): void {
+    this.engine.seedPrefix(a.id, entry, length);
+    a.state.seed = entry;
+  }
+
+  protected override keepPrefix(a: Request, entry: number, length: number): void {
+    this.engine.keepPrefix(a.id, entry, length);
+  }
+
+  protected override dropPrefixes(entries: number[]): void {
+    this.engine.dropPrefixes(entries);
   }
 
   /** Every stage drops the request's caches (a `free` event travels the ring). */

@@ -6,7 +6,7 @@
 // live here until a `free` event (request ended or cancelled) passes through.
 // A re-plan sends a new assignment (a new ring epoch): the member drops the old epoch's caches and
 // any of its steps still arriving, keeps its stage when the layers did not change, and otherwise
-// loads the new range (weights it already received stay on disk). handBack() leaves gracefully:
+// loads the new range (the layers it holds stay on disk, each once: built, or received until built). handBack() leaves gracefully:
 // the host re-plans without this member before it goes.
 // What arrives from the previous stage is checked before it runs (ring-step-input.ts: tensor-frame.ts
 // limits, the wire the link agreed, rows that fit their caches). Malformed data ends that link with an error frame,
@@ -18,6 +18,7 @@ import { isKiwiError, KiwiError } from '../errors.js';
 import { ProgressRate } from '../progress-rate.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
+import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type KvCache, type StageInput } from '../runtime/stage.js';
 import type { MemberSession } from '../session/member.js';
@@ -55,7 +56,8 @@ export interface RingMemberEvents {
   assigned: [a: { start: number; end: number; head: boolean }];
   /** At most a few a second (engine/progress-rate.ts), always the final one; rate in bytes/s, null until measured. */
   'weights-progress': [p: { receivedBytes: number; totalBytes: number; bytesPerSecond: number | null; etaSeconds: number | null; final: boolean }];
-  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number }];
+  /** transferMs: obtaining the weights (first byte asked for to the last one hashed and on disk), within loadMs. */
+  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number; transferMs?: number }];
   /** Free memory fell below the reserve (low) or came back; memoryBytes: what this member asked to be planned with. */
   memory: [m: { low: boolean; freeBytes: number; memoryBytes: number | null }];
   /** The host will not plan this member (its --memory-mb cannot hold one layer): the member should stop. */
@@ -75,6 +77,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   /** Bytes of the weights this member's current range reads (its memory need, with the KV cache on top). */
   private rangeBytes = 0;
   private readonly caches = new Map<number, KvCache>();
+  /** This stage's part of the prompt cache (runtime/prefix-cache.ts); a new epoch starts without entries. */
+  private prefixes: PrefixKvStore | undefined;
   private queue: Promise<void> = Promise.resolve();
   private readonly weights: WeightsReceipt;
   private readonly plans = new WeightsPlans();
@@ -91,7 +95,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     private readonly opts: RingMemberOptions,
   ) {
     super();
-    this.weights = new WeightsReceipt(opts, {
+    const cache = opts.cache;
+    this.weights = new WeightsReceipt({ ...opts, ...(cache !== undefined ? { built: (fp: string) => cache.builtLayerTags(fp) } : {}) }, {
       send: (body) => this.send(body),
       progress: (receivedBytes, totalBytes) => {
         // The transfer is most of the loading; opening the stage is the rest.
@@ -205,6 +210,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     // From now on steps of the old epoch are dropped and a transfer for it ends.
     this.assignment = a;
     this.caches.clear();
+    this.prefixes = undefined;
     this.recentStepMs.length = 0;
     this.weights.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
     await this.queue;
@@ -217,6 +223,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     if (this.stage !== undefined && this.stageKey === key) {
       // The same layers as before: the running stage serves the new ring (only the caches went).
       this.rangeBytes = planBytes(await this.plans.next(a.epoch));
+      this.prefixes = new PrefixKvStore(this.stage.shape.kvHeads);
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
@@ -229,23 +236,30 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.loadFraction = 0;
     const plan = await this.plans.next(a.epoch);
     this.rangeBytes = planBytes(plan);
+    const obtainAt = performance.now();
     const { file, source, transferredBytes } = await this.weights.obtain(a, plan);
+    const transferMs = performance.now() - obtainAt;
     this.loadFraction = 0.9;
     const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
+    // A received model's layers are known to the shard cache by their spans' sha256; once built, their raw copy goes.
+    const received = source !== 'local' && this.opts.cache !== undefined;
     const stage = await Stage.open(file, shape, { start: a.start, end: a.end, head: false }, {
       ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
+      ...(received ? { cacheSource: await this.weights.cacheSource(a, file, plan) } : {}),
       ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),
       ...(this.opts.threads !== undefined ? { threads: this.opts.threads } : {}),
     });
+    if (received) await this.weights.releaseBuilt(a, file, plan);
     if (this.closed || this.assignment !== a) {
       await stage.dispose();
       return;
     }
     this.stage = stage;
     this.stageKey = key;
+    this.prefixes = new PrefixKvStore(stage.shape.kvHeads);
     const loadMs = performance.now() - t0;
     this.send({ kind: 'ready', epoch: a.epoch, source, transferredBytes, loadMs });
-    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs });
+    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs });
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
   }
 
@@ -300,7 +314,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     if (a === undefined || stage === undefined || a.prev !== peer || link.closed) return;
     let input: StepInput | undefined;
     try {
-      input = await checkStepInput(a, stage, this.caches, msg, this.opts.maxFrameBytes);
+      input = await checkStepInput(a, stage, this.caches, msg, this.opts.maxFrameBytes, this.prefixes);
     } catch (err) {
       if (err instanceof StepError && err.kind === 'recoverable') {
         // Caches out of step with the host's view (nobody's offence): the step's requests are recomputed.

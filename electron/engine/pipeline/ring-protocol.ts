@@ -50,11 +50,17 @@ export const MAX_WEIGHTS_CHUNK_BYTES = 1024 * 1024;
 
 /** One piece of the member's file: bytes [offset, offset + data) of the host's GGUF, as a binary control message. */
 export function encodeWeightsChunk(offset: number, data: Uint8Array): Uint8Array {
-  const out = new Uint8Array(CHUNK_HEADER_BYTES + data.length);
-  out[0] = WEIGHTS_CHUNK;
-  new DataView(out.buffer).setFloat64(1, offset, true);
-  out.set(data, CHUNK_HEADER_BYTES);
-  return out;
+  const chunk = weightsChunkOf(offset, data.length);
+  chunk.data.set(data);
+  return chunk.message;
+}
+
+/** A weights chunk of `bytes` at `offset` with its header written: the caller reads the file straight into `data` (no copy). */
+export function weightsChunkOf(offset: number, bytes: number): { message: Uint8Array; data: Uint8Array } {
+  const message = new Uint8Array(CHUNK_HEADER_BYTES + bytes);
+  message[0] = WEIGHTS_CHUNK;
+  new DataView(message.buffer).setFloat64(1, offset, true);
+  return { message, data: message.subarray(CHUNK_HEADER_BYTES) };
 }
 
 export function decodeWeightsChunk(bytes: Uint8Array): { offset: number; data: Uint8Array } {
@@ -71,7 +77,7 @@ export const WeightsPlan = z.strictObject({
   /** The assignment (by epoch) these spans belong to. */
   epoch,
   spans: z.array(z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative(), sha256: hex64 })).max(8192),
-  /** The host's own HTTP range server (weights-http.ts): addresses to try in order and its bearer token; absent with --weights-http off or relay only. */
+  /** The host's own HTTP range server (weights-http.ts): addresses to try in order and this member's own bearer token (it reads only this plan's spans); absent with --weights-http off or relay only. */
   http: z.strictObject({ urls: z.array(z.string().max(2048).regex(/^http:\/\//)).min(1).max(8), token: z.string().min(16).max(200) }).optional(),
 });
 export type WeightsPlan = z.infer<typeof WeightsPlan>;
@@ -131,13 +137,24 @@ export function parsePipelineBody<T>(schema: z.ZodType<T>, body: unknown): T {
 
 export const RingKind = { STEP: 1, EVENT: 2 } as const;
 
-/** A row of a step: which request, how many positions its caches hold before it, their capacity. */
-export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216) });
+/**
+ * A row of a step: which request, how many positions its caches hold before it, their capacity;
+ * `from`: its first step, whose caches start as a copy of that prompt-cache entry's first `pos` positions.
+ */
+export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216), from: requestId.optional() });
 export type StepRow = z.infer<typeof StepRow>;
 
 export const RingEvent = z.discriminatedUnion('type', [
-  /** Requests that ended: every stage drops their caches, then passes this on until it reaches the host. */
-  z.strictObject({ type: z.literal('free'), ids: z.array(requestId).max(4096) }),
+  /**
+   * Requests that ended: every stage drops their caches, then passes this on until it reaches the
+   * host. Prompt cache (runtime/prefix-cache.ts): first each stage keeps the first `length`
+   * positions of request `id`'s caches as entry `entry` (keep), and drops entries (drop).
+   */
+  z.strictObject({
+    type: z.literal('free'), ids: z.array(requestId).max(4096),
+    keep: z.array(z.strictObject({ id: requestId, entry: requestId, length: z.number().int().min(1).max(16_777_216) })).max(64).optional(),
+    drop: z.array(requestId).max(4096).optional(),
+  }),
   /** A stage could not run a step: passed on to the host, which fails the step's requests. */
   z.strictObject({ type: z.literal('step-failed'), epoch, step: z.number().int().nonnegative(), code: z.string().max(64), message: z.string().max(1000) }),
 ]);

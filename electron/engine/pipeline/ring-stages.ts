@@ -60,8 +60,8 @@ export class RingStages {
     if ((body.kind === 'assigned' || body.kind === 'ready' || body.kind === 'failed') && body.epoch !== undefined && body.epoch !== epoch) return false;
     if (body.kind === 'weights-request') {
       void this.weights.send(memberId, body.spans).catch((err: unknown) => {
-        if (!isKiwiError(err)) throw err;
-        this.on.emit('error', err);
+        // The host's own disk failing (a moved or unreadable model file) ends this transfer, never the host.
+        this.on.emit('error', isKiwiError(err) ? err : new KiwiError('WEIGHTS_TRANSFER_FAILED', `Reading the model file for ${stage.name} failed: ${(err as Error).message ?? String(err)}. Check that the model file is still there and readable.`));
       });
     } else if (body.kind === 'weights-progress') {
       this.weights.acknowledge(memberId, body.receivedBytes);

@@ -77,6 +77,13 @@ describe('what a member stage takes from the previous stage', () => {
     expect(err).toMatchObject({ code: 'RING_PROTOCOL', step: 5, kind: 'recoverable' });
   });
 
+  it('rolls a cache that holds more than the host says back to the row\'s position (speculative drafts it rejected)', async () => {
+    const c = cacheOf(8, 6);
+    const input = await checkStepInput(assign, stage, new Map([[1, c]]), await step([{ id: 1, pos: 3, cap: 8 }]));
+    expect(input).toMatchObject({ kind: 'step', caches: [c] });
+    expect(c.length).toBe(3);
+  });
+
   it.each([
     ['an unknown message kind', async () => new Uint8Array([9, 1, 2]), 'RING_PROTOCOL'],
     ['token ids on a link agreed to carry f32 hidden states', async () => step([{ id: 1, pos: 0, cap: 8 }], 1, { tensor: { kind: 'ids', ids: new BigInt64Array(1), dims: [1, 1] } }), 'WIRE_NOT_AGREED'],

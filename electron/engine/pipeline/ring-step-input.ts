@@ -3,7 +3,8 @@
 // its metadata, and rows that fit the caches this stage holds for their requests. A `free` event
 // drops the caches of requests that ended; traffic of another ring epoch is dropped.
 import { isKiwiError, KiwiError } from '../errors.js';
-import type { KvCache } from '../runtime/stage.js';
+import type { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
+import { rollbackCache, type KvCache } from '../runtime/stage.js';
 import { decodeStepFrame, maxStepFrameBytes, type StepFrame } from '../transport/tensor-frame.js';
 import { decodeRingEvent, encodeRingEvent, parseStepMetadata, RingKind, type Assign, type RingEvent } from './ring-protocol.js';
 
@@ -35,12 +36,20 @@ export interface StageCaches {
  * Decodes and checks one message from the previous stage against assignment `a`; a new request's
  * cache is created in `caches`. Throws what is malformed (a StepError once the step id is known);
  * undefined: another epoch's traffic, dropped. maxFrameBytes: default what the shape allows.
+ * `prefixes`: this stage's part of the prompt cache (entries kept, dropped, and seeding new requests).
  */
-export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<number, KvCache>, msg: Uint8Array, maxFrameBytes?: number): Promise<StepInput | undefined> {
+export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<number, KvCache>, msg: Uint8Array, maxFrameBytes?: number, prefixes?: PrefixKvStore): Promise<StepInput | undefined> {
   const kind = msg[0];
   if (kind === RingKind.EVENT) {
     const event = decodeRingEvent(msg.subarray(1));
-    if (event.type === 'free') for (const id of event.ids) caches.delete(id);
+    if (event.type === 'free') {
+      for (const k of event.keep ?? []) {
+        const c = caches.get(k.id);
+        if (c !== undefined && c.length >= k.length) prefixes?.keep(k.entry, [c], k.length);
+      }
+      prefixes?.drop(event.drop ?? []);
+      for (const id of event.ids) caches.delete(id);
+    }
     if (event.type === 'step-failed' && event.epoch !== a.epoch) return undefined;
     return { kind: 'event', event };
   }
@@ -62,6 +71,13 @@ export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<
       c = stage.emptyCache(r.cap);
       caches.set(r.id, c);
     }
+    // Seeded from a prompt-cache entry this stage holds (else the request is recomputed without it).
+    if (c === undefined && r.from !== undefined) {
+      c = prefixes?.seed(r.from, r.pos, r.cap)?.[0];
+      if (c !== undefined) caches.set(r.id, c);
+    }
+    // Positions past `pos` are speculative drafts the host rejected: dropped (exactly) before the step.
+    if (c !== undefined && c.length > r.pos && c.capacity === r.cap) rollbackCache(c, r.pos);
     if (c === undefined || c.length !== r.pos || c.capacity !== r.cap) {
       throw new StepError(meta.step, `Request ${r.id} is at position ${r.pos} but this stage holds ${c?.length ?? 'no'} positions for it.`, 'recoverable');
     }

@@ -1,15 +1,18 @@
 // Members keep and reuse the layers they hold (issue 15): after a member is killed the survivors'
 // ranges move, and each survivor receives from the host exactly the layers it never held (its
 // earlier layers stay verified on disk), which is what its `ready` and the host's `recovered`
-// report as moved. The streamed text stays exactly the text without failure. Real processes on
-// loopback, a synthetic 12-layer model so that ranges have room to move.
-import { writeFile } from 'node:fs/promises';
+// report as moved. The streamed text stays exactly the text without failure. Each layer is stored
+// once on the member's disk (issue 14): its built file in the shard cache, the received bytes
+// released once built. Real processes on loopback, a synthetic 12-layer model so that ranges have
+// room to move.
+import { readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { modelSizesFromGguf } from '../planner/model-sizes.js';
 import { FaultRing, generateReference, streamCompletion, synthModel, type FaultMember } from '../test-support/fault-ring.js';
 import { isolatedCacheDir, ProcessSet, type Event } from '../test-support/processes.js';
+import { diskBytesOf } from '../runtime/shard-cache.js';
 import { stageTensorNames } from './member-weights.js';
 
 const procs = new ProcessSet();
@@ -28,6 +31,27 @@ function loadedRanges(events: readonly Event[]): Array<Range & { transferred: nu
     if (e.event === 'ready' && last !== undefined) out.push({ ...last, transferred: e.transferred_bytes as number, source: e.source as string });
   }
   return out;
+}
+
+/**
+ * A member's shard cache: the built layer files (layer -> bytes), the bytes of the initializers
+ * shared by its ranges (rope tables), and what its graphs and manifests take on disk (a few KiB per
+ * range and layer whatever the model's size: the index, not weights).
+ */
+async function shardFiles(shards: string): Promise<{ layers: Map<number, number>; sharedBytes: number; indexDisk: number }> {
+  const layers = new Map<number, number>();
+  let sharedBytes = 0;
+  let indexDisk = 0;
+  for (const model of await readdir(shards)) {
+    for (const f of await readdir(join(shards, model))) {
+      const st = await stat(join(shards, model, f));
+      const m = /^layer-(\d+)-\w+\.bin$/.exec(f);
+      if (m !== null) layers.set(Number(m[1]), (layers.get(Number(m[1])) ?? 0) + st.size);
+      else if (f.startsWith('shared-')) sharedBytes += st.size;
+      else indexDisk += st.blocks * 512;
+    }
+  }
+  return { layers, sharedBytes, indexDisk };
 }
 
 /** Bytes of the tensors of `range` that none of `held` covers. */
@@ -84,6 +108,22 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
       moved += now.transferred;
       const full = stageTensorNames(file, now).reduce((sum, n) => sum + file.tensor(n)!.byteLength, 0);
       if (lacked < full && now.end - now.start > Math.max(...held.map((r) => r.end - r.start))) grown++;
+    }
+    // Disk: every layer the member loaded, once, as the shard cache keeps it; the received bytes of
+    // built layers are released (only the GGUF header stays raw: the model-wide metadata). Weights
+    // on disk (all but the graphs' index) <= 1.1x the built bytes of its layers and shared tables.
+    for (const name of names.filter((n) => n !== victim)) {
+      const loads = loadedRanges(ring.member(name).events);
+      const cache = join(dir, `cache-${name}`);
+      const { layers, sharedBytes, indexDisk } = await shardFiles(join(cache, 'shards'));
+      const loadedLayers = [...new Set(loads.flatMap((r) => Array.from({ length: r.end - r.start }, (_, i) => r.start + i)))].sort((a, b) => a - b);
+      expect([...layers.keys()].sort((a, b) => a - b), `${name}: one built file per layer it loaded`).toEqual(loadedLayers);
+      const layerBytes = [...layers.values()].reduce((a, b) => a + b, 0);
+      const disk = await diskBytesOf(cache);
+      const received = await diskBytesOf(join(cache, 'weights'));
+      const detail = `${name}: ${loads.length} loads, ${layers.size} layers built ${layerBytes} B + shared ${sharedBytes} B; on disk ${disk} B (received ${received} B, index ${indexDisk} B)`;
+      console.log(detail);
+      expect(disk - indexDisk, detail).toBeLessThanOrEqual(1.1 * (layerBytes + sharedBytes) + file.dataOffset);
     }
     expect(grown, `a survivor's range grew over layers it held\n${ring.logs()}`).toBeGreaterThan(0);
     expect(after.recoveries?.[0]?.bytesMoved).toBe(moved);

@@ -16,10 +16,17 @@ describe('the session as a fleet', () => {
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 'lots' } })).toBeUndefined();
     // A measured block time (kiwi bench --model) reaches the planner: the `measured` tier.
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, bandwidth_gbps: 20, block_ms: 2.5 } })).toEqual({ memoryBytes: 123, bandwidthGBps: 20, blockMs: 2.5 });
+    // With its fixed step time (the probe's one-block stage less its block): counted once per stage.
+    expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, step_ms: 1.2 } })).toEqual({ memoryBytes: 123, blockMs: 2.5, stepMs: 1.2 });
     // A --memory-mb budget and a device bench's free memory cover the whole process, runtime included.
     expect(deviceFromCapabilities({ memory_budget_bytes: 123, fleet_device: { memory_bytes: 123 } })).toEqual({ memoryBytes: 123, memoryCoversRuntime: true });
     expect(deviceFromCapabilities({ memory: { total_bytes: 1 }, bandwidth: { host_gbps: 1 }, fleet_device: { memory_bytes: 9 } })?.memoryCoversRuntime).toBe(true);
     expect(deviceFromCapabilities(undefined)).toBeUndefined();
+  });
+
+  it('a block time the ring measured (a whole step over its blocks) replaces the reported block and step time', () => {
+    const { fleet } = sessionFleet(input([{ peer: 0, name: 'host', capabilities: { fleet_device: { memory_bytes: 4 * GB, block_ms: 2, step_ms: 1 } }, blockMs: 3 }]));
+    expect(fleet.devices[0]).toMatchObject({ blockMs: 3, stepMs: 0 });
   });
 
   it('stands the host\'s measurement in for members that reported nothing, and makes names unique', () => {

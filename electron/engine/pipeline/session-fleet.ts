@@ -19,12 +19,15 @@ export interface SessionDevice {
   holds?: readonly LayerRange[];
   /** Its advertised direct addresses (none: relay only); the planner predicts its links from them and its NAT. */
   addresses?: readonly string[];
+  /** Its block time as the ring measured it (stage-drift-monitor.ts): replaces what it reported. */
+  blockMs?: number;
 }
 
 const fleetDevice = z.object({
   memory_bytes: z.number().int().positive(),
   bandwidth_gbps: z.number().positive().nullable().optional(),
   block_ms: z.number().positive().nullable().optional(),
+  step_ms: z.number().nonnegative().nullable().optional(),
 });
 
 /**
@@ -42,6 +45,7 @@ export function deviceFromCapabilities(capabilities: Readonly<Record<string, unk
     ...(wholeProcess ? { memoryCoversRuntime: true } : {}),
     ...(r.data.bandwidth_gbps != null ? { bandwidthGBps: r.data.bandwidth_gbps } : {}),
     ...(r.data.block_ms != null ? { blockMs: r.data.block_ms } : {}),
+    ...(r.data.block_ms != null && r.data.step_ms != null ? { stepMs: r.data.step_ms } : {}),
   };
 }
 
@@ -73,6 +77,8 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       ...spec,
       ...natFromCapabilities(d.capabilities, d.addresses),
       ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}),
+      // The ring's measured block time is a stage's whole step over its blocks: no separate fixed part.
+      ...(d.blockMs !== undefined ? { blockMs: d.blockMs, stepMs: 0 } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
     };
   });

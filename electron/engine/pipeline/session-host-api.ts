@@ -4,19 +4,24 @@ import type { KiwiError } from '../errors.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
 import type { PlanJson } from '../planner/plan-json.js';
+import type { PrefixCacheStats } from '../runtime/prefix-cache.js';
+import type { SpeculativeMode, SpeculativeStats } from '../runtime/speculative.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import type { HostOptions, SessionStatus } from '../session/host.js';
 import type { WirePolicy } from './link-wire.js';
 import type { StageStatus } from './ring-assignment.js';
 import type { StepTiming } from './ring-engine.js';
+import type { WeightsTokens } from './weights-http.js';
 import type { Phase, RecoveryRecord } from './ring-phase.js';
+import type { DriftOptions } from './stage-drift.js';
+import type { DriftReplan, DriftStatus } from './stage-drift-monitor.js';
 
 export interface SessionHostOptions {
   modelPath: string;
   /** Where the model file came from: members without a copy fetch their tensors' byte ranges from it. */
   modelUrl?: string;
-  /** The host's HTTP range server for its model file (weights-http.ts), named to members in their weights-plan. */
-  weightsHttp?: { urls: string[]; token: string };
+  /** The host's HTTP range server for its model file (weights-http.ts), named to members in their weights-plan with each one's own token. */
+  weightsHttp?: { urls: string[]; tokens: WeightsTokens };
   /** The model as the planner sizes it (commands/plan.ts: modelSizesFromSummary). */
   modelSizes: ModelSizes;
   session: HostOptions;
@@ -34,6 +39,10 @@ export interface SessionHostOptions {
   maxBatch?: number;
   maxInFlight?: number;
   kvBudgetBytes?: number;
+  /** The prompt cache's bound (KV bytes of recent prompts, kept on every stage); 0 or absent: off. */
+  promptCacheBytes?: number;
+  /** Speculative decoding through the ring (runtime/speculative.ts); default off. */
+  speculative?: SpeculativeMode;
   provider?: ExecutionProvider;
   threads?: number;
   cache?: ShardCache;
@@ -43,6 +52,8 @@ export interface SessionHostOptions {
   recoveryTimeoutMs?: number;
   /** After a member joins or returns, wait this long for others before re-planning it in. Default 1 s. */
   rejoinDelayMs?: number;
+  /** Re-plan when a stage's measured time drifts off its prediction (stage-drift.ts); false: never. Default DEFAULT_DRIFT_OPTIONS. */
+  drift?: DriftOptions | false;
 }
 
 /** Recent ring steps: wall time host to host, and the host's own part (ms). */
@@ -70,9 +81,16 @@ export interface SessionHostStatus {
   /** Recent ring steps: wall time host to host, and the host's own part (ms). */
   timing: RingTiming;
   /** KV blocks of the host's admission pool (each request reserves its whole length around the ring). */
-  kv: { freeBlocks: number; totalBlocks: number } | undefined;
+  /** cachedBlocks: held by the prompt cache, given back to requests that need them. */
+  kv: { freeBlocks: number; totalBlocks: number; cachedBlocks: number } | undefined;
+  /** Prompt cache hits and tokens reused (runtime/prefix-cache.ts); undefined when it is off. */
+  promptCache?: PrefixCacheStats | undefined;
+  /** Speculative decoding's acceptance (runtime/speculative.ts); undefined when it is off. */
+  speculative?: SpeculativeStats | undefined;
   /** Generations so far by how they ended. */
   requests: { completed: number; cancelled: number; failed: number };
+  /** Closed-loop planning: the drift options, the latest drift found, the measured block times plans use. */
+  drift: DriftStatus;
   error: { code: string; message: string } | undefined;
 }
 
@@ -86,6 +104,8 @@ export interface SessionHostEvents {
   recovering: [reason: string];
   waiting: [reason: string];
   recovered: [record: RecoveryRecord];
+  /** A re-plan because a stage's measured time drifted off its prediction (after its `recovered`). */
+  replanned: [r: DriftReplan];
   /** Something to tell the user that did not stop the ring, e.g. a member that sent malformed ring data (planned out) or NaN activations. */
   warning: [err: KiwiError];
   error: [err: KiwiError];

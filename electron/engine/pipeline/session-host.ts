@@ -28,6 +28,7 @@ import type { ExecutionProvider } from '../ort/session.js';
 import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
 import { Stage } from '../runtime/stage.js';
 import { attentionHeadDim, type DecoderShape } from '../runtime/stage-graph.js';
+import { speculativeHealth } from '../runtime/speculative.js';
 import { type HostSession, type MemberView, type SessionStatus } from '../session/host.js';
 import { ChangeWaits } from './change-waits.js';
 import { checkStillHere, gatherMembers, ringLinksUp, type GatherView } from './ring-gathering.js';
@@ -40,6 +41,8 @@ import { RingBackend } from './ring-backend.js';
 import { RingEngine, type PeerFault } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
 import { RingStages } from './ring-stages.js';
+import { DEFAULT_DRIFT_OPTIONS } from './stage-drift.js';
+import { DriftMonitor } from './stage-drift-monitor.js';
 import { apply as applyPhase, INITIAL_RING_PHASE, type RingPhaseEvent, type RingPhaseState } from './ring-phase.js';
 import { MemberToHostBody, parsePipelineBody, type HostToMemberBody } from './ring-protocol.js';
 import type { RingStage } from './session-fleet.js';
@@ -70,6 +73,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private readonly spanHashes: SpanHashes;
   private readonly waits = new ChangeWaits(() => this.closed);
   private readonly replans: ReplanDriver;
+  /** Closed-loop planning: measured stage times against the plan's (stage-drift-monitor.ts). */
+  private readonly drift: DriftMonitor;
   private readonly gatherView: GatherView;
   private model: LoadedModel | undefined;
   private ring: ServedRing | undefined;
@@ -105,17 +110,27 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.stages = new RingStages(this.weights, { emit: this.emit.bind(this), loadFailed: (error) => this.dispatch({ type: 'stage-load-failed', error }) });
     this.gatherView = { session, waits: this.waits, plannableCount: () => this.activeMembers().filter((m) => this.budgets.verdict(m) === 'ok').length };
     this.replans = new ReplanDriver(this.replanHost());
+    this.drift = new DriftMonitor(opts.drift ?? DEFAULT_DRIFT_OPTIONS, {
+      served: () => (this.ring !== undefined && this.plan !== undefined ? { ...this.ring, plan: this.plan } : undefined),
+      request: (reason) => this.replans.request(reason, false),
+    }, this);
     // Requests wait through a re-plan; /health says why the next token is late.
     this.backend.ringHealth = () => {
       const { phase, recovery, waitingUntil } = this.ringPhase;
-      return { ring: { phase, epoch: this.ring?.generation ?? 0, ...(recovery ? { reason: recovery.reason } : {}), ...(waitingUntil !== undefined ? { waiting_until: new Date(waitingUntil).toISOString() } : {}) } };
+      return { ring: { phase, epoch: this.ring?.generation ?? 0, ...(recovery ? { reason: recovery.reason } : {}), ...(waitingUntil !== undefined ? { waiting_until: new Date(waitingUntil).toISOString() } : {}) }, ...speculativeHealth(this.generator?.speculation) };
     };
     session.on('pipeline', (memberId, body) => this.onPipeline(memberId, body));
     session.on('change', (c) => {
       this.replans.membershipChanged();
       // A member that went or came back starts with its full memory again.
-      if (c.type === 'member-left' || c.type === 'member-joined') this.memoryLimits.delete(c.memberId);
-      if (c.type === 'member-left') this.budgets.forget(c.memberId);
+      if (c.type === 'member-left' || c.type === 'member-joined') {
+        this.memoryLimits.delete(c.memberId);
+        this.drift.forget(c.memberId);
+      }
+      if (c.type === 'member-left') {
+        this.budgets.forget(c.memberId);
+        void this.opts.weightsHttp?.tokens.revoke(c.memberId);
+      }
       const joinedNow = c.type === 'member-joined' || c.type === 'member-recovered' ? this.activeMembers().find((m) => m.memberId === c.memberId) : undefined;
       if (joinedNow !== undefined) this.budgets.verdict(joinedNow);
       const inRing = this.plannedIds.includes(c.memberId);
@@ -152,8 +167,11 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       plan: this.plan,
       stages: this.stages.list(),
       timing: ringTiming(this.ring?.engine.timings ?? [], this.ring?.engine.inFlight ?? 0),
-      kv: this.pool && { freeBlocks: this.pool.freeBlocks, totalBlocks: this.pool.totalBlocks },
+      kv: this.pool && { freeBlocks: this.pool.freeBlocks, totalBlocks: this.pool.totalBlocks, cachedBlocks: this.generator?.promptCacheStats?.blocks ?? 0 },
+      promptCache: this.generator?.promptCacheStats,
+      speculative: this.generator?.speculation?.stats(),
       requests: { ...this.backend.counts },
+      drift: this.drift.status(),
       error: error && { code: error.code, message: error.message },
     };
   }
@@ -239,7 +257,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       // Filtering the last ring's punches showed (edge-report.ts) and the addresses predict each link's kind.
       .map((m) => ({ ...m, capabilities: withPunchFiltering(m.capabilities, m.peer, this.session.status()) }));
     return planSessionRing({
-      members: usable, memoryLimits: this.memoryLimits, serving: this.ring, model: this.opts.modelSizes, context: model.shape.maxPositions,
+      members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, serving: this.ring, model: this.opts.modelSizes, context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1, hostName: this.opts.hostName ?? 'host', hostDevice: this.opts.hostDevice, links: this.session.status().links,
       hostCapabilities: this.session.natCapabilities,
     });
@@ -268,6 +286,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.generator = new RingGenerator(ring.engine, pool, shape.maxPositions, {
       maxBatch: this.opts.maxBatch ?? 8,
       maxInFlight: this.opts.maxInFlight ?? ring.order.length,
+      promptCacheBytes: this.opts.promptCacheBytes ?? 0,
+      ...(this.opts.speculative !== undefined ? { speculative: this.opts.speculative } : {}),
       onRingFault: (err) => this.replans.request(err.message, true),
     });
     this.backend.attach({ file, tokenizer: createTokenizer(file.metadata), generator: this.generator, contextTokens: shape.maxPositions });
@@ -297,6 +317,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.emit('plan', plan);
     const memberIds = ringMemberIds(order, members);
     this.plannedIds = memberIds;
+    // A member planned out reads none of the model's bytes any more.
+    await this.opts.weightsHttp?.tokens.retain(memberIds);
     this.session.setRingOrder(memberIds);
     await ringLinksUp(this.gatherView, members, signal);
 
@@ -312,7 +334,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       const spans = await this.spanHashes.hash(stageSpans(file, stage));
       this.weights.plan(memberId, spans);
       this.sendTo(memberId, message);
-      this.sendTo(memberId, { kind: 'weights-plan', epoch, spans, ...(this.opts.weightsHttp !== undefined ? { http: this.opts.weightsHttp } : {}) });
+      // Its own token for the host's range server, good for exactly these spans (weights-http.ts).
+      const served = this.opts.weightsHttp;
+      const http = served && { urls: served.urls, token: await served.tokens.grant(memberId, spans) };
+      this.sendTo(memberId, { kind: 'weights-plan', epoch, spans, ...(http !== undefined ? { http } : {}) });
     }
     // The host's own stages load while the members load theirs; unchanged ones are kept.
     const old = this.ring?.first;
@@ -344,6 +369,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       maxRows: this.opts.maxBatch ?? 8,
       onBroken: (err) => this.replans.request(err.message, true),
       onPeerFault: (peer, fault, err) => this.onPeerFault(peer, fault, err),
+      onTiming: (t) => this.drift.onStep(t),
     });
     return { epoch, generation: (this.ring?.generation ?? 0) + 1, order, memberIds, first, engine };
   }

@@ -113,7 +113,7 @@ describe('a member receiving its weights from the host\'s HTTP range server', ()
     const server = await startWeightsHttp(path, { host: '127.0.0.1' });
     try {
       const { receipt, sent, progress } = receiptIn(join(dir, 'http'));
-      const r = await receipt.obtain(assign, { ...plan, http: { urls: server.urls, token: server.token } });
+      const r = await receipt.obtain(assign, { ...plan, http: { urls: server.urls, token: await server.grant('m', plan.spans) } });
       expect(r).toMatchObject({ source: 'host-http', transferredBytes: total(plan.spans) });
       expect(sent.filter((b) => b.kind === 'weights-request')).toEqual([]);
       expect(progress.at(-1)).toEqual([total(plan.spans), total(plan.spans)]);
@@ -125,10 +125,11 @@ describe('a member receiving its weights from the host\'s HTTP range server', ()
 
   it('falls back to the encrypted stream when no address of it can be reached, with a warning', async () => {
     const closed = await startWeightsHttp(path, { host: '127.0.0.1' });
+    const token = await closed.grant('m', plan.spans);
     await closed.close();
     const warnings: KiwiError[] = [];
     const { receipt, sent } = receiptIn(join(dir, 'http-unreachable'), undefined, warnings);
-    const got = receipt.obtain(assign, { ...plan, http: { urls: [...closed.urls, closed.urls[0]!.replace('127.0.0.1', '127.0.0.2')], token: closed.token } });
+    const got = receipt.obtain(assign, { ...plan, http: { urls: [...closed.urls, closed.urls[0]!.replace('127.0.0.1', '127.0.0.2')], token } });
     await expect.poll(() => sent.length).toBe(1);
     const request = sent[0];
     if (request?.kind !== 'weights-request') throw new Error(`unexpected ${request?.kind}`);

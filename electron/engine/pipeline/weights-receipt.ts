@@ -4,12 +4,14 @@
 // host's own range server (weights-http.ts: in clear, but checked against the sha256 the plan
 // brought over the encrypted channel), and the host streaming what is still missing (behind NAT,
 // relay only, --weights-http off) over the encrypted session. Each span is verified against the
-// host's hash as it completes (member-weights.ts); a re-plan ends a transfer in progress, and its
+// host's hash as it completes (member-weights.ts, span-fetch.ts); a re-plan ends a transfer in progress, and its
 // late chunks are dropped.
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
-import { modelFingerprint } from '../runtime/shard-cache.js';
-import { fetchSpans, PartialModel, type HashedSpan } from './member-weights.js';
+import { modelFingerprint, type ShardSource } from '../runtime/shard-cache.js';
+import { builtSpans, partialCacheSource } from './member-layers.js';
+import { PartialModel, type HashedSpan } from './member-weights.js';
+import { fetchSpans } from './span-fetch.js';
 import type { Assign, MemberToHostBody, WeightsPlan } from './ring-protocol.js';
 
 export type WeightsSource = 'local' | 'cache' | 'url' | 'host-http' | 'host' | 'kept';
@@ -54,7 +56,12 @@ export class WeightsReceipt {
   private chunkQueue: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly opts: { modelPath?: string; weightsDir: string },
+    private readonly opts: {
+      modelPath?: string;
+      weightsDir: string;
+      /** The layer tags the shard cache holds built for a model (member-layers.ts): those layers are not received again. */
+      built?: (fingerprint: string) => Promise<ReadonlySet<string>>;
+    },
     private readonly io: WeightsReceiptIo,
   ) {}
 
@@ -67,8 +74,10 @@ export class WeightsReceipt {
     const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
     // Layers received for an earlier range (this session or an earlier run of the same model) stay:
     // only the spans not already verified on disk are asked for, and only those count as moved.
-    await partial.adopt(plan.spans);
-    let missing = partial.missing(plan.spans);
+    // Layers built in the shard cache count as held too: their raw spans were released.
+    const needed = await this.needed(partial, a, plan);
+    await partial.adopt(needed);
+    let missing = partial.missing(needed);
     if (missing.length === 0) return { file: await openGguf(partial.path), source: 'cache', transferredBytes: 0 };
     const sources: Array<{ source: 'host-http' | 'url'; url: string; token?: string }> = [
       // A public mirror first (it spares the host's uplink), then the host's own range server.
@@ -78,7 +87,7 @@ export class WeightsReceipt {
     let fetched = 0;
     for (const [i, { source, url, token }] of sources.entries()) {
       fetched += await this.download(url, missing, partial, token, i === sources.length - 1);
-      missing = partial.missing(plan.spans);
+      missing = partial.missing(needed);
       if (missing.length === 0) {
         const file = await openGguf(partial.path);
         if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The model header fetched from ${url} does not match the host's model.`);
@@ -94,6 +103,27 @@ export class WeightsReceipt {
     const file = await openGguf(partial.path);
     if ((await modelFingerprint(file)) !== a.model.fingerprint) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', 'The received model header does not match the host\'s model.');
     return { file, source: 'host', transferredBytes: totalBytes };
+  }
+
+  /** The plan's spans less those of layers built in the shard cache (which need their header to be told apart). */
+  private async needed(partial: PartialModel, a: Assign, plan: WeightsPlan): Promise<HashedSpan[]> {
+    const header = plan.spans.find((s) => s.offset === 0);
+    if (this.opts.built === undefined || header === undefined || !partial.holds(header)) return plan.spans;
+    const built = new Set(builtSpans(await openGguf(partial.path), plan.spans, await this.opts.built(a.model.fingerprint)));
+    return plan.spans.filter((s) => !built.has(s));
+  }
+
+  /** How the shard cache tells the bytes of a partial model `file` (obtained for `plan`) apart. */
+  async cacheSource(a: Assign, file: GgufFile, plan: WeightsPlan): Promise<Omit<ShardSource, 'path'>> {
+    const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
+    return partialCacheSource(file, plan.spans, (s) => partial.holds(s));
+  }
+
+  /** Frees the received bytes of the plan's layers now built in the shard cache (each layer stays on disk once); returns the bytes freed. */
+  async releaseBuilt(a: Assign, file: GgufFile, plan: WeightsPlan): Promise<number> {
+    if (this.opts.built === undefined) return 0;
+    const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
+    return partial.release(builtSpans(file, plan.spans, await this.opts.built(a.model.fingerprint)));
   }
 
   /**

@@ -6,10 +6,11 @@
 import { open } from 'node:fs/promises';
 import { KiwiError } from '../errors.js';
 import type { HashedSpan } from './member-weights.js';
-import { encodeWeightsChunk } from './ring-protocol.js';
+import { weightsChunkOf } from './ring-protocol.js';
 
 const CHUNK_BYTES = 256 * 1024;
-const WINDOW_BYTES = 4 * 1024 * 1024;
+/** Bytes ahead of the member's acknowledgements (it acknowledges each MiB stored). */
+const WINDOW_BYTES = 16 * 1024 * 1024;
 
 interface Transfer {
   plan: readonly HashedSpan[];
@@ -67,9 +68,11 @@ export class WeightsSender {
           }
           if (!current()) return;
           const n = Math.min(CHUNK_BYTES, s.bytes - at);
-          const buf = Buffer.allocUnsafe(n);
-          await fh.read(buf, 0, n, s.offset + at);
-          if (!this.sendBytes(memberId, encodeWeightsChunk(s.offset + at, buf))) return;
+          // Read straight into the message (no copy between the file and the session).
+          const chunk = weightsChunkOf(s.offset + at, n);
+          const { bytesRead } = await fh.read(chunk.data, 0, n, s.offset + at);
+          if (bytesRead !== n) throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The model file ended at ${s.offset + at + bytesRead}, inside the span at ${s.offset} (+${s.bytes}).`);
+          if (!this.sendBytes(memberId, chunk.message)) return;
           sent += n;
         }
       }

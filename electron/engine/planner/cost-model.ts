@@ -1,5 +1,14 @@
 // The planner's cost model (Kafila §V-A): what a stage of `blocks` blocks (plus the head, if it
 // holds it) costs per token on one device, and how much memory it needs. Pure arithmetic.
+//
+// A stage's decode step costs step + blocks × perBlock + head (bench/stage-prediction.ts checks it
+// against real stages): `step` is the fixed part of every session run whatever its blocks (the run
+// itself and its worker round trip, the embedding lookup, feeds and fetches), measured by the block
+// probe (runtime/block-probe.ts: a one-block and a four-block stage); a block and the head are weight reads
+// of the runtime's packed form (MLAS's layout: Q4_0 6 bits a weight, not the file's 4.5), priced by
+// measured bandwidth or, better, scaled from the measured block time, which holds the device's
+// real matmul throughput. Attention's K/V reads at short positions are well under 1% of a block's
+// weights (1B: 4 KiB a position against 46 MB), so they are left out.
 import type { DeviceSpec, Fleet } from './fleet.js';
 
 /**
@@ -13,6 +22,8 @@ export interface DeviceCost {
   perBlock: number;
   /** Extra cost per token of holding the head (final norm + output projection read). */
   head: number;
+  /** Fixed cost of a stage's step whatever its blocks (ms; absent or 0 where unmeasured, and outside the time tiers). */
+  step?: number;
   /** Memory one block needs: its weights plus its KV cache at the session's context and concurrency. */
   blockMemoryBytes: number;
   /** Extra memory of the head: embedding and output projection. */
@@ -39,25 +50,30 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
   const blockMemoryBytes = (model.blockResidentBytes ?? model.blockBytes) + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency;
   const overhead = model.stageOverheadBytes ?? 0;
   const headShare = model.headBytes / model.blockBytes;
+  // Bytes a token reads, in the runtime's form when known (the time tiers price reads).
+  const blockRead = model.blockResidentBytes ?? model.blockBytes;
+  const headRead = model.headReadBytes ?? model.headBytes;
   const largestMemory = Math.max(...fleet.devices.map((d) => d.memoryBytes));
   return fleet.devices.map((d) => {
     // The runtime's own memory counts where the device's figure covers the whole process.
     const overheadBytes = d.memoryCoversRuntime === true ? overhead : 0;
     let perBlock: number;
     let head: number;
+    let step = 0;
     switch (tier) {
       case 'measured':
       case 'bandwidth': {
+        step = d.stepMs ?? 0;
         if (d.blockMs !== undefined) {
           perBlock = d.blockMs;
-          // The head is a weight read too: price it by bandwidth when known, else scale the
-          // measured block time by the byte ratio.
-          head = d.bandwidthGBps !== undefined ? bandwidthMs(model.headBytes, d.bandwidthGBps) : d.blockMs * headShare;
+          // The head is the same kind of matmul as the block's: scale the measured block time by
+          // the bytes each reads (a pure bandwidth price would miss the device's compute share).
+          head = d.blockMs * (headRead / blockRead);
         } else {
           const gbps = required(d.bandwidthGBps, d.name, 'bandwidth_gbps');
           // At batch size one a stage reads each weight once per token (Kafila §V-A).
-          perBlock = bandwidthMs(model.blockBytes, gbps);
-          head = bandwidthMs(model.headBytes, gbps);
+          perBlock = bandwidthMs(blockRead, gbps);
+          head = bandwidthMs(headRead, gbps);
         }
         break;
       }
@@ -81,6 +97,7 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
     return {
       perBlock,
       head,
+      step,
       blockMemoryBytes,
       headMemoryBytes: model.headResidentBytes,
       memoryBytes: d.memoryBytes - overheadBytes,
@@ -95,7 +112,7 @@ export function bandwidthMs(bytes: number, gbps: number): number {
 
 /** Cost per token of a stage holding `blocks` blocks (and the head if `head`). */
 export function stageCost(c: DeviceCost, blocks: number, head: boolean): number {
-  return blocks * c.perBlock + (head ? c.head : 0);
+  return (c.step ?? 0) + blocks * c.perBlock + (head ? c.head : 0);
 }
 
 /** Memory a stage process needs, in bytes (its overhead included). */
@@ -115,7 +132,7 @@ export function memoryCapacityBlocks(c: DeviceCost, head: boolean): number {
 export function costCapacityBlocks(c: DeviceCost, head: boolean, bound: number, limit: number): number {
   if (stageCost(c, 0, head) > bound) return -1;
   if (c.perBlock === 0) return limit;
-  let k = Math.min(limit, Math.floor((bound - (head ? c.head : 0)) / c.perBlock));
+  let k = Math.min(limit, Math.floor((bound - (c.step ?? 0) - (head ? c.head : 0)) / c.perBlock));
   k = Math.max(0, k);
   // Floating-point division may be off by one either way; settle it with the same arithmetic
   // the candidates were computed with, so a candidate bound always admits its own stage.

@@ -54,6 +54,17 @@ describe('fleet file', () => {
     expect(fleet.devices).toEqual([{ name: 'solo', memoryBytes: 1e12 }]);
   });
 
+  it('reads a measured step time and the head\'s packed read bytes (cost-model.ts prices a stage by them)', () => {
+    const fleet = parseFleetFile({
+      model: { ...example.model, block_resident_bytes: 390000000, head_read_bytes: 850000000 },
+      context: 128,
+      devices: [{ name: 'solo', memory_bytes: 1e12, block_ms: 3.5, step_ms: 1.25 }],
+    });
+    expect(fleet.devices).toEqual([{ name: 'solo', memoryBytes: 1e12, blockMs: 3.5, stepMs: 1.25 }]);
+    expect(fleet.model).toMatchObject({ blockResidentBytes: 390000000, headReadBytes: 850000000 });
+    expect(fleetError({ ...example, devices: [{ name: 'x', memory_bytes: 1, step_ms: -1 }] }).message).toMatch(/step_ms/);
+  });
+
   it('accepts a model given as a GGUF path and resolves it with sizes read elsewhere', () => {
     const file = parseFleetFile({ ...example, model: { gguf: '/models/x.gguf' } });
     expect(isResolved(file)).toBe(false);

@@ -32,6 +32,11 @@ export interface ModelSizes {
    * blockBytes stands in.
    */
   blockResidentBytes?: number;
+  /**
+   * What the head reads per token in the runtime's form (packed output projection, f32 final norm;
+   * model-sizes.ts); absent: headBytes stands in. The time tiers price a block by blockResidentBytes too.
+   */
+  headReadBytes?: number;
   /** Memory every stage process needs besides its blocks and head (runtime baseline, scratch); absent: 0. */
   stageOverheadBytes?: number;
   /** Parameters of one block; only the FLOPS tier uses it (2 FLOPs per parameter per token). */
@@ -60,6 +65,8 @@ export interface DeviceSpec {
   bandwidthGBps?: number;
   /** Measured time of one decoder block of this model on this device, per token. */
   blockMs?: number;
+  /** Measured fixed part of a stage's step on this device, whatever its blocks (with blockMs; absent: 0). */
+  stepMs?: number;
   /** Arithmetic throughput, used only when neither bandwidth nor block time is known. */
   tflops?: number;
   nat?: NatClass;
@@ -116,6 +123,7 @@ const sizesSchema = z.strictObject({
   kv_bytes_per_token_per_layer: byteCount,
   block_params: byteCount.min(1).optional(),
   block_resident_bytes: byteCount.min(1).optional(),
+  head_read_bytes: byteCount.optional(),
   stage_overhead_bytes: byteCount.optional(),
 });
 
@@ -126,6 +134,7 @@ const deviceSchema = z.strictObject({
   memory_bytes: byteCount,
   bandwidth_gbps: positive.nullable().optional(),
   block_ms: positive.nullable().optional(),
+  step_ms: z.number().finite().nonnegative().nullable().optional(),
   tflops: positive.nullable().optional(),
   nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
   nat_mapping: z.enum(['endpoint-independent', 'address-dependent']).nullable().optional(),
@@ -182,6 +191,7 @@ export function parseFleetFile(value: unknown): FleetFile {
     const out: DeviceSpec = { name: d.name, memoryBytes: d.memory_bytes };
     if (d.bandwidth_gbps != null) out.bandwidthGBps = d.bandwidth_gbps;
     if (d.block_ms != null) out.blockMs = d.block_ms;
+    if (d.step_ms != null) out.stepMs = d.step_ms;
     if (d.tflops != null) out.tflops = d.tflops;
     if (d.nat != null) out.nat = d.nat;
     if (d.nat_mapping != null) out.natMapping = d.nat_mapping;
@@ -206,6 +216,7 @@ export function checkModelSizes(sizes: ModelSizes): ModelSizes {
   };
   if (sizes.blockParams !== undefined) raw.block_params = sizes.blockParams;
   if (sizes.blockResidentBytes !== undefined) raw.block_resident_bytes = sizes.blockResidentBytes;
+  if (sizes.headReadBytes !== undefined) raw.head_read_bytes = sizes.headReadBytes;
   if (sizes.stageOverheadBytes !== undefined) raw.stage_overhead_bytes = sizes.stageOverheadBytes;
   const parsed = sizesSchema.safeParse(raw);
   if (!parsed.success) {
@@ -235,6 +246,7 @@ function toSizes(raw: RawSizes): ModelSizes {
   };
   if (raw.block_params !== undefined) out.blockParams = raw.block_params;
   if (raw.block_resident_bytes !== undefined) out.blockResidentBytes = raw.block_resident_bytes;
+  if (raw.head_read_bytes !== undefined) out.headReadBytes = raw.head_read_bytes;
   if (raw.stage_overhead_bytes !== undefined) out.stageOverheadBytes = raw.stage_overhead_bytes;
   return out;
 }

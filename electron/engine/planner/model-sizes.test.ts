@@ -17,6 +17,9 @@ describe('modelSizesFromGguf', () => {
     const blk0 = file.tensors.filter((t) => t.name.startsWith('blk.0.')).reduce((a, t) => a + tensorResidentBytes(t), 0);
     expect(sizes.blockResidentBytes).toBe(blk0);
     expect(sizes.stageOverheadBytes).toBeGreaterThanOrEqual(RUNTIME_BASELINE_BYTES);
+    // The head reads its projection (the embedding when tied) in packed form and its final norm.
+    const projection = file.tensor('output.weight') ?? file.tensor('token_embd.weight')!;
+    expect(sizes.headReadBytes).toBe(tensorResidentBytes(projection) + tensorResidentBytes(file.tensor('output_norm.weight')!));
   });
 
   test('a stage costs its overhead once: it counts in stage memory and lowers how many blocks fit', () => {

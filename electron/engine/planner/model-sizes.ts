@@ -67,21 +67,21 @@ export function modelSizesFromGguf(file: GgufFile): ModelSizes {
   const s = summarizeModel(file);
   const sizes = modelSizesFromSummary(s);
   const perBlock = new Array<number>(s.block_count).fill(0);
-  let head = 0;
+  // What the head reads per token (its packed projection and norm) and what it keeps besides.
+  let headRead = 0;
   for (const t of file.tensors) {
     const blk = /^blk\.(\d+)\./.exec(t.name);
     if (blk !== null && Number(blk[1]) < s.block_count) perBlock[Number(blk[1])]! += tensorResidentBytes(t);
-    else if (t.name === 'output.weight' || t.name.startsWith('output_norm.')) head += tensorResidentBytes(t);
+    else if (t.name === 'output.weight' || t.name.startsWith('output_norm.')) headRead += tensorResidentBytes(t);
   }
   const embedding = file.tensor('token_embd.weight');
-  if (embedding !== undefined) {
-    head += embedding.byteLength;
-    if (file.tensor('output.weight') === undefined) head += tensorResidentBytes(embedding);
-  }
+  if (embedding !== undefined && file.tensor('output.weight') === undefined) headRead += tensorResidentBytes(embedding);
+  const head = headRead + (embedding?.byteLength ?? 0);
   return {
     ...sizes,
     blockResidentBytes: Math.max(1, ...perBlock),
     headResidentBytes: head,
+    headReadBytes: headRead,
     stageOverheadBytes: RUNTIME_BASELINE_BYTES + scratchBytes({ hidden: s.embedding_length, vocab: s.vocab_size }, true),
   };
 }

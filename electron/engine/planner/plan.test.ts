@@ -84,15 +84,16 @@ describe('planner', () => {
       ]),
     );
     expect(plan.tier).toBe('measured');
-    // The head read costs 5 ms (500e6 B at 100 GB/s) wherever it goes. On a: 23 + 5 against
-    // 3 × 9 = 28 ms. On b: 3 × 6 + 5 = 23 against 26 = 26 ms, better by more than 5%, so b holds it.
-    expect(plan.head).toBe(1);
+    // The head is priced at the device's measured block rate: 500e6 / 200e6 of a block, 2.5 ms on
+    // a and 7.5 ms on b. On a: 24 + 2.5 against 3 × 8 = 26.5 ms. On b: 3 × 6 + 7.5 = 25.5 against
+    // 26 = 26 ms, better by less than 5%, so the anchor a keeps it.
+    expect(plan.head).toBe(0);
     expect(plan.division.stages.map((s) => [s.device, s.end - s.start])).toEqual([
-      [1, 6],
-      [0, 26],
+      [0, 24],
+      [1, 8],
     ]);
-    closeTo(plan.division.bottleneck, 26);
-    expect(plan.rotations.map((r) => (r === null ? null : Math.round(r * 1e6) / 1e6))).toEqual([28, 26]);
+    closeTo(plan.division.bottleneck, 26.5);
+    expect(plan.rotations.map((r) => (r === null ? null : Math.round(r * 1e6) / 1e6))).toEqual([26.5, 26]);
   });
 
   it.each([

@@ -1,5 +1,6 @@
 // The per-block probe: it takes a model's block shape and main weight type from the GGUF, and
-// times a real one-block stage of that shape.
+// times real one-block and PROBE_BLOCKS-block stages of that shape, splitting a step into its
+// fixed part and its per-block part.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,7 +9,7 @@ import { openGguf } from '../model/gguf/gguf-reader.js';
 import { GgmlType } from '../model/gguf/gguf-types.js';
 import { synthesizeModel } from '../model/synth/synth.js';
 import { testModelPath } from '../model/test-models.js';
-import { blockProbeKey, blockShapeOf, measureBlock } from './block-probe.js';
+import { PROBE_BLOCKS, blockProbeKey, blockShapeOf, measureBlock, splitStepTime } from './block-probe.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -22,10 +23,20 @@ describe('block probe', () => {
   test('reads the block shape and weight type of a model (stories260K: f32)', async () => {
     const shape = blockShapeOf(await openGguf(await testModelPath('stories260K.gguf')));
     expect(shape).toEqual({ architecture: 'llama', hidden: 64, feedForward: 172, heads: 8, kvHeads: 4, headDim: 8, qkvBias: false, qkNorm: false, quant: 'f32' });
-    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu');
+    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p2');
   });
 
-  test('times a q4_0 qwen2 block (with qkv bias) of a synthetic model and reports the median of its runs', async () => {
+  test('splits a step into its fixed part and its block: median of paired differences', () => {
+    // One block: step 2 + block 5 (one run slowed by load); three blocks: 2 + 15.
+    expect(splitStepTime([7, 7.2, 30, 6.8, 7], [17, 17.2, 17.1, 16.8, 17], 3)).toEqual({ blockMs: 5, stepMs: 2 });
+    expect(splitStepTime([7], [12], 2)).toEqual({ blockMs: 5, stepMs: 2 });
+    // Load swamped the difference: the whole one-block step stands for the block, as before the split.
+    expect(splitStepTime([7, 7, 7], [6, 6.5, 7])).toEqual({ blockMs: 7, stepMs: 0 });
+    expect(() => splitStepTime([1, 2], [3])).toThrow(/paired/);
+    expect(() => splitStepTime([1], [3], 1)).toThrow(/paired/);
+  });
+
+  test('times a q4_0 qwen2 block (with qkv bias) of a synthetic model and reports the medians of its runs', async () => {
     const path = join(dir, 'qwen2-q4_0.gguf');
     await synthesizeModel({
       shape: {
@@ -53,9 +64,11 @@ describe('block probe', () => {
     const r = await measureBlock(shape, { threads: 1, runs: 5, warmupRuns: 1, onProgress: (m) => progress.push(m) });
     expect(r.runs).toBe(5);
     expect(r.samplesMs).toHaveLength(5);
+    expect(r.longSamplesMs).toHaveLength(5);
     expect(r.provider).toBe('cpu');
-    const sorted = [...r.samplesMs].sort((a, b) => a - b);
-    expect(r.blockMs).toBe(sorted[2]);
-    expect(progress).toContain(`block run 5/5: ${r.samplesMs[4]!.toFixed(2)} ms`);
+    expect({ blockMs: r.blockMs, stepMs: r.stepMs }).toEqual(splitStepTime(r.samplesMs, r.longSamplesMs));
+    expect(r.blockMs).toBeGreaterThan(0);
+    expect(r.stepMs).toBeGreaterThanOrEqual(0);
+    expect(progress).toContain(`block run 5/5: ${r.samplesMs[4]!.toFixed(2)} ms one block, ${r.longSamplesMs[4]!.toFixed(2)} ms ${PROBE_BLOCKS}`);
   });
 });

@@ -1,8 +1,15 @@
-// The per-block probe of `kiwi bench --model`: one decoder block of a model's shape and weight type,
-// with random weights (a one-block `kiwi synth` GGUF in a temporary folder), run as a real stage
-// on this device; the result is the median time of repeated single-token decode runs after a
-// warm-up. The planner's best input (issue 4). Knows nothing of the device bench: the command
-// composes the two.
+// The per-block probe of `kiwi bench --model`: decoder blocks of a model's shape and weight type,
+// with random weights (a PROBE_BLOCKS-block `kiwi synth` GGUF in a temporary folder), run as real
+// stages on this device. A stage step costs a fixed part (the session run and its worker round
+// trip, the embedding lookup, feeds and fetches) plus one part per block, so the probe times a
+// one-block and a PROBE_BLOCKS-block stage in alternating single-token decode runs after a warm-up:
+// the block time is the median of the paired differences over the extra blocks, the fixed step
+// time the one-block median less it. The long stage spans several blocks so that the difference
+// is taken where the weights stream from memory: one block of a small model can sit partly in the
+// CPU's last-level cache between runs (1B Q4_0 here: [0, 1) to [0, 2) added 2.3 ms, each later
+// block 3.1-3.5 ms), and a planned stage holds many. The planner's
+// best input (issue 4; planner/cost-model.ts prices a stage as step + n x block + head). Knows
+// nothing of the device bench: the command composes the two.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,19 +33,36 @@ export interface BlockProbeOptions {
   accuracyLevel?: 0 | 4;
   /** Untimed decode runs first (onnxruntime's lazy init, caches). Default 3. */
   warmupRuns?: number;
-  /** Timed decode runs; the median is reported. Default 15. */
+  /** Timed decode runs of each stage; medians are reported. Default 15. */
   runs?: number;
   signal?: AbortSignal;
   onProgress?: (message: string) => void;
 }
 
 export interface BlockProbeResult {
-  /** Median wall time of one single-token decode step of one block. */
+  /** What one more block adds to a single-token decode step: median of (long - one-block) run pairs over the extra blocks. */
   blockMs: number;
+  /** The fixed part of a step, whatever the blocks: the one-block median less blockMs (at least 0). */
+  stepMs: number;
   runs: number;
   provider: ExecutionProvider;
-  /** Every timed run, in order. */
+  /** Every timed run of the one-block stage, in order. */
   samplesMs: number[];
+  /** Every timed run of the PROBE_BLOCKS-block stage, paired with samplesMs. */
+  longSamplesMs: number[];
+}
+
+/** Blocks of the probe's long stage. */
+export const PROBE_BLOCKS = 4;
+
+/** Marginal block time and fixed step time from paired runs of a one-block and a `blocks`-block stage (see the file comment). */
+export function splitStepTime(oneBlockMs: readonly number[], longMs: readonly number[], blocks = PROBE_BLOCKS): { blockMs: number; stepMs: number } {
+  if (oneBlockMs.length === 0 || oneBlockMs.length !== longMs.length || !(blocks >= 2)) throw new Error('splitStepTime: needs paired runs of a one-block and a longer stage');
+  const one = median([...oneBlockMs]);
+  const diff = median(oneBlockMs.map((t, i) => longMs[i]! - t)) / (blocks - 1);
+  // No positive difference (load from elsewhere swamped it): the whole one-block step stands for the block.
+  const blockMs = diff > 0 ? diff : one;
+  return { blockMs, stepMs: Math.max(0, one - blockMs) };
 }
 
 /** What the probe reproduces of a model: the block's dimensions and its main weight type. */
@@ -92,25 +116,36 @@ export function blockShapeOf(file: GgufFile): BlockShape {
   };
 }
 
+/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part). */
+const PROBE_VERSION = 2;
+
 /** The cache key of a probe: the same block on the same provider gives the same time. */
 export function blockProbeKey(s: BlockShape, provider: ExecutionProvider | 'auto' = 'auto'): string {
   const extras = `${s.qkvBias ? '+qkvbias' : ''}${s.qkNorm ? '+qknorm' : ''}`;
-  return `${s.architecture}:e${s.hidden}:f${s.feedForward}:h${s.heads}/${s.kvHeads}x${s.headDim}${extras}:${s.quant}:${provider}`;
+  return `${s.architecture}:e${s.hidden}:f${s.feedForward}:h${s.heads}/${s.kvHeads}x${s.headDim}${extras}:${s.quant}:${provider}:p${PROBE_VERSION}`;
 }
 
-/** Times one block of `shape` on this device (see the file comment). */
-export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = {}): Promise<BlockProbeResult> {
-  const warmupRuns = opts.warmupRuns ?? 3;
-  const runs = opts.runs ?? 15;
-  if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(warmupRuns) || warmupRuns < 0) throw new Error('measureBlock: runs must be >= 1 and warm-up runs >= 0');
+/** The probe's two stages, open: bench/stage-prediction.ts times them between its own stages. */
+export interface OpenBlockProbe {
+  provider: ExecutionProvider;
+  /** Run `i`: one decode step of the one-block and of the long stage (order alternating with i); their ms. */
+  pair(i: number): Promise<[number, number]>;
+  dispose(): Promise<void>;
+}
+
+/** Writes the probe's file and opens its one-block and PROBE_BLOCKS-block stages for `positions` decode steps. */
+export async function openBlockProbe(
+  shape: BlockShape,
+  opts: Omit<BlockProbeOptions, 'warmupRuns' | 'runs'> & { positions: number },
+): Promise<OpenBlockProbe> {
   const quant = SYNTH_QUANTS[shape.quant];
   if (quant === undefined) throw new KiwiError('USAGE', `unknown probe weight type '${shape.quant}'; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
   const progress = opts.onProgress ?? (() => undefined);
-  const positions = warmupRuns + runs + 1;
+  const { positions } = opts;
   const synthShape: SynthShape = {
     name: 'kiwi-block-probe',
     architecture: shape.architecture as SynthShape['architecture'],
-    blockCount: 1,
+    blockCount: PROBE_BLOCKS,
     embeddingLength: shape.hidden,
     headCount: shape.heads,
     headCountKv: shape.kvHeads,
@@ -125,6 +160,11 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
     qkNorm: shape.qkNorm,
   };
   const dir = await mkdtemp(join(tmpdir(), 'kiwi-block-probe-'));
+  const stages: Stage[] = [];
+  const dispose = async (): Promise<void> => {
+    for (const s of stages) await s.dispose();
+    await rm(dir, { recursive: true, force: true });
+  };
   try {
     const path = join(dir, 'block.gguf');
     progress(`writing a random ${shape.quant} block of the model's shape`);
@@ -132,33 +172,57 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
     opts.signal?.throwIfAborted();
     const file = await openGguf(path);
     const modelShape = await modelShapeFromGguf(file, { maxPositions: positions });
-    progress('building the block stage');
-    // Layers [0, 1) without the head: the embedding is a table lookup outside the graph, so the
-    // session runs exactly one block.
-    const stage = await Stage.open(file, modelShape, { start: 0, end: 1, head: false }, {
+    progress(`building the one- and ${PROBE_BLOCKS}-block stages`);
+    // Layers [0, 1) and [0, PROBE_BLOCKS) without the head: the embedding is a table lookup outside
+    // the graph, so the sessions run exactly their blocks.
+    const stageOpts = {
       ...(opts.provider !== undefined ? { provider: opts.provider } : {}),
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
       accuracyLevel: opts.accuracyLevel ?? 4,
-    });
-    try {
-      const cache = stage.emptyCache(positions);
-      const samplesMs: number[] = [];
-      for (let i = 0; i < warmupRuns + runs; i++) {
+    };
+    for (const end of [1, PROBE_BLOCKS]) stages.push(await Stage.open(file, modelShape, { start: 0, end, head: false }, stageOpts));
+  } catch (e) {
+    await dispose();
+    throw e;
+  }
+  const caches = stages.map((s) => s.emptyCache(positions));
+  return {
+    provider: stages[0]!.provider,
+    async pair(i) {
+      const ids = BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3))));
+      const ms: [number, number] = [0, 0];
+      // Alternating order, so a step that follows the other stage's is as often the short as the long one.
+      for (const k of i % 2 === 0 ? [0, 1] : [1, 0]) {
         opts.signal?.throwIfAborted();
-        const ids = BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3))));
         const t0 = performance.now();
-        await stage.forward({ kind: 'ids', ids, batch: 1, seq: 1 }, [cache]);
-        const ms = performance.now() - t0;
-        if (i >= warmupRuns) {
-          samplesMs.push(ms);
-          if ((i - warmupRuns + 1) % 5 === 0 || i === warmupRuns + runs - 1) progress(`block run ${i - warmupRuns + 1}/${runs}: ${ms.toFixed(2)} ms`);
-        }
+        await stages[k]!.forward({ kind: 'ids', ids, batch: 1, seq: 1 }, [caches[k]!]);
+        ms[k] = performance.now() - t0;
       }
-      return { blockMs: median(samplesMs), runs, provider: stage.provider, samplesMs };
-    } finally {
-      await stage.dispose();
+      return ms;
+    },
+    dispose,
+  };
+}
+
+/** Times blocks of `shape` on this device (see the file comment). */
+export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = {}): Promise<BlockProbeResult> {
+  const warmupRuns = opts.warmupRuns ?? 3;
+  const runs = opts.runs ?? 15;
+  if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(warmupRuns) || warmupRuns < 0) throw new Error('measureBlock: runs must be >= 1 and warm-up runs >= 0');
+  const progress = opts.onProgress ?? (() => undefined);
+  const probe = await openBlockProbe(shape, { ...opts, positions: warmupRuns + runs + 1 });
+  try {
+    const samples: [number[], number[]] = [[], []];
+    for (let i = 0; i < warmupRuns + runs; i++) {
+      const [one, long] = await probe.pair(i);
+      if (i < warmupRuns) continue;
+      samples[0].push(one);
+      samples[1].push(long);
+      const done = i - warmupRuns + 1;
+      if (done % 5 === 0 || done === runs) progress(`block run ${done}/${runs}: ${one.toFixed(2)} ms one block, ${long.toFixed(2)} ms ${PROBE_BLOCKS}`);
     }
+    return { ...splitStepTime(samples[0], samples[1]), runs, provider: probe.provider, samplesMs: samples[0], longSamplesMs: samples[1] };
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    await probe.dispose();
   }
 }

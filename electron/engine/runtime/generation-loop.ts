@@ -10,6 +10,7 @@
 // bad request is a programming error and fails an assertion.
 import assert from 'node:assert/strict';
 import type { KvBlockPool, KvReservation } from './kv-pool.js';
+import { PrefixCache, type PrefixCacheStats } from './prefix-cache.js';
 import type { TokenConstraint } from './constrained/token-constraint.js';
 import type { Sampler } from './sampling.js';
 import { StopMatcher } from './stop-matcher.js';
@@ -82,6 +83,26 @@ export interface LoopRequest<S> {
 export interface StepRow<S> {
   request: LoopRequest<S>;
   tokens: readonly number[];
+  /**
+   * Speculative decoding: the last tokens of `tokens` are these drafts, and the step returns the
+   * logits of all drafts + 1 positions ([drafts + 1, vocab]) for the row.
+   */
+  drafts?: readonly number[];
+}
+
+/**
+ * Speculative decoding's hooks (runtime/speculative.ts). A step of one decode row may carry drafts:
+ * every stage runs them as one multi-token row, and verify() samples the positions in order,
+ * keeps the accepted drafts and rolls `pos` back past the rejected ones (the backend drops those
+ * cache positions before the request's next step).
+ */
+export interface SpeculationHook {
+  /** Tokens guessed to follow a decoding request's history ([]: a plain step). */
+  draft(a: LoopRequest<unknown>): readonly number[];
+  /** Samples the verified positions (logits [drafts + 1, vocab]) and says how the request ends, if it does. */
+  verify(a: LoopRequest<unknown>, logits: Float32Array, drafts: readonly number[], stepMs: number): FinishReason | undefined;
+  /** A plain step of `rows` rows took `ms` (the cost a draft must beat). */
+  plainStep(rows: number, ms: number): void;
 }
 
 export interface GenerationLoopOptions {
@@ -91,6 +112,10 @@ export interface GenerationLoopOptions {
   maxInFlight?: number;
   /** Refuse with KV_POOL_EXHAUSTED instead of waiting when the KV pool is full. */
   refuseWhenFull?: boolean;
+  /** The prompt cache's bound in KV bytes (prefix-cache.ts); 0 or absent: no prompt cache. */
+  promptCacheBytes?: number;
+  /** Speculative decoding (runtime/speculative.ts); absent: none. */
+  speculation?: SpeculationHook;
 }
 
 export abstract class GenerationLoop<S> {
@@ -107,6 +132,8 @@ export abstract class GenerationLoop<S> {
   private readonly maxBatch: number;
   private nextId = 1;
   private kvWaiters = 0;
+  /** Recent prompts' KV, reused by prompts that start the same way (prefix-cache.ts). */
+  protected readonly prefixes: PrefixCache | undefined;
 
   constructor(
     readonly pool: KvBlockPool,
@@ -116,6 +143,8 @@ export abstract class GenerationLoop<S> {
   ) {
     this.maxBatch = loopOptions.maxBatch ?? 8;
     this.maxInFlight = loopOptions.maxInFlight ?? 1;
+    const cacheBytes = loopOptions.promptCacheBytes ?? 0;
+    this.prefixes = cacheBytes > 0 ? new PrefixCache(pool, cacheBytes, (entries) => this.dropPrefixes(entries)) : undefined;
   }
 
   /** Runs one step of `rows` (in this order) and returns each row's logits of its last token. */
@@ -124,6 +153,16 @@ export abstract class GenerationLoop<S> {
   protected abstract open(id: number, capacityTokens: number): S;
   /** A request settled: the backend frees what it held for it. */
   protected close(_a: LoopRequest<S>): void {}
+  /** Prompt cache: the request's caches start with the first `length` positions of entry `entry`. */
+  protected seedPrefix(_a: LoopRequest<S>, _entry: number, _length: number): void {
+    throw new Error('this backend has no prompt cache');
+  }
+  /** Prompt cache: keep the first `length` positions of the (finished) request's caches as entry `entry`. */
+  protected keepPrefix(_a: LoopRequest<S>, _entry: number, _length: number): void {
+    throw new Error('this backend has no prompt cache');
+  }
+  /** Prompt cache: entries evicted, their KV goes. */
+  protected dropPrefixes(_entries: number[]): void {}
   /** Requests the backend keeps outside `fresh` and `ready` (still live, abortable). */
   protected heldQueues(): LoopRequest<S>[][] {
     return [];
@@ -140,6 +179,11 @@ export abstract class GenerationLoop<S> {
   /** Requests waiting for KV blocks (admitted requests being prefilled or decoded are not counted). */
   get waitingForKv(): number {
     return this.kvWaiters;
+  }
+
+  /** The prompt cache's hits, tokens reused and size; undefined when it is off. */
+  get promptCacheStats(): PrefixCacheStats | undefined {
+    return this.prefixes?.stats();
   }
 
   async generate(p: GenerateParams): Promise<GenerateResult> {
@@ -171,6 +215,11 @@ export abstract class GenerationLoop<S> {
         callbacks: { resolve, reject, onAbort: () => this.abort(a) },
       };
       p.signal?.addEventListener('abort', a.callbacks.onAbort, { once: true });
+      const hit = this.prefixes?.lookup(id, p.promptIds);
+      if (hit !== undefined) {
+        this.seedPrefix(a, hit.entry, hit.length);
+        a.pos = hit.length;
+      }
       this.fresh.push(a);
       this.pump();
     });
@@ -199,16 +248,24 @@ export abstract class GenerationLoop<S> {
       this.inFlight++;
       this.rowsInFlight += batch.length;
       for (const a of batch) a.stepping = true;
-      const rows = batch.map((a): StepRow<S> => ({ request: a, tokens: a.pos === 0 ? a.p.promptIds : [a.history[a.pos]!] }));
+      // A prompt's prefill starts after the prefix its caches were seeded with (0 without one).
+      const rows = batch.map((a): StepRow<S> => ({ request: a, tokens: a.pos < a.p.promptIds.length ? a.p.promptIds.slice(a.pos) : [a.history[a.pos]!] }));
+      // Drafts ride on a step of one row only: several rows are a batch, which the stages run one token each.
+      const spec = this.loopOptions.speculation;
+      if (spec !== undefined && rows.length === 1) addDrafts(rows[0]!, spec);
+      const t0 = performance.now();
       this.runStep(rows).then(
         (logits) => {
           this.stepEnded(batch);
-          rows.forEach(({ request: a, tokens }, i) => {
+          const stepMs = performance.now() - t0;
+          if (rows[0]?.drafts === undefined) spec?.plainStep(rows.length, stepMs);
+          rows.forEach(({ request: a, tokens, drafts }, i) => {
             a.pos += tokens.length;
             try {
               if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
               // Still replaying tokens it had already generated: their logits were used the first time.
               else if (a.pos < a.history.length) this.ready.push(a);
+              else if (drafts !== undefined) this.settle(a, spec!.verify(a, logits[i]!, drafts, stepMs));
               else this.accept(a, logits[i]!);
             } catch (err) {
               this.finish(a, err);
@@ -229,7 +286,10 @@ export abstract class GenerationLoop<S> {
   private stepEnded(batch: readonly LoopRequest<S>[]): void {
     this.inFlight--;
     this.rowsInFlight -= batch.length;
-    for (const a of batch) a.stepping = false;
+    for (const a of batch) {
+      a.stepping = false;
+      this.prefixes?.unpin(a.id); // its first step has copied what it was seeded with, on every stage
+    }
   }
 
   /** After any step in flight returned: start the next ones. */
@@ -239,7 +299,10 @@ export abstract class GenerationLoop<S> {
 
   /** Samples from a request's logits and either queues it for its next step or finishes it. */
   private accept(a: LoopRequest<S>, logits: Float32Array): void {
-    const outcome = sampleNext(a, logits);
+    this.settle(a, sampleNext(a, logits));
+  }
+
+  private settle(a: LoopRequest<S>, outcome: FinishReason | undefined): void {
     // Aborted from inside its own onToken: it has ended (and freed its caches) already.
     if (a.done) return;
     if (outcome !== undefined) return this.finish(a, outcome);
@@ -265,6 +328,10 @@ export abstract class GenerationLoop<S> {
     a.done = true;
     a.p.signal?.removeEventListener('abort', a.callbacks.onAbort);
     this.pool.release(a.reservation);
+    this.prefixes?.unpin(a.id);
+    // A request that ended normally has its whole prompt in its caches: the prompt cache may keep it.
+    const entry = outcome === 'stop' || outcome === 'length' ? this.prefixes?.store(a.p.promptIds) : undefined;
+    if (entry !== undefined) this.keepPrefix(a, entry, a.p.promptIds.length);
     this.close(a);
     if (outcome === 'stop' || outcome === 'length') {
       a.callbacks.resolve({ ids: a.ids, finishReason: outcome, ttftMs: a.ttftMs, decodeMs: performance.now() - a.t0 - a.ttftMs });
@@ -291,14 +358,15 @@ function requestLength(p: GenerateParams, contextTokens: number): { maxTokens: n
  * finish reason when the request ends here (end of generation, stop sequence, grammar complete, max
  * tokens); else undefined, with the token the last of `history`, to feed next.
  */
-function sampleNext(a: LoopRequest<unknown>, logits: Float32Array): FinishReason | undefined {
+export function sampleNext(a: LoopRequest<unknown>, logits: Float32Array, draft?: number): FinishReason | undefined {
   const constraint = a.p.constraint;
   let row = logits;
   if (constraint !== undefined) {
     row = Float32Array.from(logits); // the step's logits may be shared; the mask writes a copy
     constraint.maskLogits(row);
   }
-  const id = a.p.sampler.sample(row, a.history);
+  // With a draft (speculative decoding), the same distribution; the draft is kept when it comes out.
+  const id = draft === undefined ? a.p.sampler.sample(row, a.history) : a.p.sampler.sampleWithDraft(row, a.history, draft);
   if (a.ids.length === 0) a.ttftMs = performance.now() - a.t0;
   if (a.p.isEndOfGeneration(id)) return 'stop';
   constraint?.accept(id);
@@ -310,4 +378,14 @@ function sampleNext(a: LoopRequest<unknown>, logits: Float32Array): FinishReason
   if (constraint?.finished === true) return 'stop';
   if (a.ids.length >= a.maxTokens) return 'length';
   return undefined;
+}
+
+/** Adds the hook's drafts to a decode row (not to a prefill or to the replay of generated tokens). */
+function addDrafts<S>(row: StepRow<S>, spec: SpeculationHook): void {
+  const a = row.request;
+  if (a.pos < a.p.promptIds.length || a.pos !== a.history.length - 1) return;
+  const drafts = spec.draft(a);
+  if (drafts.length === 0) return;
+  row.tokens = [...row.tokens, ...drafts];
+  row.drafts = drafts;
 }

@@ -3,8 +3,12 @@
 // request alone and is the entry point of direct callers (`kiwi generate`, tests, benchmarks): it
 // checks the request against the context and says what to change.
 import { KiwiError } from '../errors.js';
-import { GenerationLoop, type GenerateParams, type GenerateResult, type StepRow } from './generation-loop.js';
+import { GenerationLoop, type GenerateParams, type GenerateResult, type LoopRequest, type StepRow } from './generation-loop.js';
 import { KvBlockPool } from './kv-pool.js';
+import { PrefixKvStore } from './prefix-cache-kv.js';
+import { speculationFor, type SpeculativeDecoding, type SpeculativeMode } from './speculative.js';
+import type { Drafter } from './prompt-lookup.js';
+import { rollbackCache } from './stage.js';
 import type { RequestCaches, StageChain } from './stage-chain.js';
 
 export interface BatchGeneratorOptions {
@@ -12,6 +16,12 @@ export interface BatchGeneratorOptions {
   maxBatch?: number;
   /** Refuse instead of waiting when the KV pool is full. */
   refuseWhenFull?: boolean;
+  /** The prompt cache's bound in KV bytes; 0 or absent: none. */
+  promptCacheBytes?: number;
+  /** Speculative decoding (runtime/speculative.ts); default off. Needs a head that verifies. */
+  speculative?: SpeculativeMode;
+  /** Its drafter; default prompt lookup. */
+  drafter?: Drafter;
 }
 
 /**
@@ -20,12 +30,34 @@ export interface BatchGeneratorOptions {
  * aborted leaves its queue at once and ends alone: the others of its batch go on.
  */
 export class BatchGenerator extends GenerationLoop<RequestCaches> {
+  /** The prompt cache's KV, one cache per stage per entry. */
+  private readonly prefixKv: PrefixKvStore;
+  /** Speculation's counters (for /health); undefined when off. */
+  readonly speculation: SpeculativeDecoding | undefined;
+
   constructor(
     readonly chain: StageChain,
     pool: KvBlockPool,
     opts: BatchGeneratorOptions = {},
   ) {
-    super(pool, chain.maxPositions, { ...opts, maxInFlight: 1 });
+    const speculation = chain.verifies ? speculationFor(opts.speculative, opts.drafter) : undefined;
+    super(pool, chain.maxPositions, { ...opts, maxInFlight: 1, ...(speculation !== undefined ? { speculation } : {}) });
+    this.speculation = speculation;
+    this.prefixKv = new PrefixKvStore(chain.stages[0]!.shape.kvHeads);
+  }
+
+  protected override seedPrefix(a: LoopRequest<RequestCaches>, entry: number, length: number): void {
+    const seeded = this.prefixKv.seed(entry, length, a.state[0]!.capacity);
+    if (seeded === undefined) throw new Error(`prompt cache entry ${entry} is not held`);
+    a.state.splice(0, a.state.length, ...seeded);
+  }
+
+  protected override keepPrefix(a: LoopRequest<RequestCaches>, entry: number, length: number): void {
+    this.prefixKv.keep(entry, a.state, length);
+  }
+
+  protected override dropPrefixes(entries: number[]): void {
+    this.prefixKv.drop(entries);
   }
 
   protected open(_id: number, capacityTokens: number): RequestCaches {
@@ -33,7 +65,10 @@ export class BatchGenerator extends GenerationLoop<RequestCaches> {
   }
 
   protected runStep(rows: readonly StepRow<RequestCaches>[]): Promise<Float32Array[]> {
-    return this.chain.step(rows.map((r) => ({ tokens: r.tokens, caches: r.request.state })));
+    // Positions past `pos` are drafts a verify step rejected: dropped before the caches grow again.
+    for (const r of rows) for (const c of r.request.state) if (c.length > r.request.pos) rollbackCache(c, r.request.pos);
+    const drafts = rows[0]?.drafts;
+    return this.chain.step(rows.map((r) => ({ tokens: r.tokens, caches: r.request.state })), drafts !== undefined ? { logitsTail: drafts.length + 1 } : {});
   }
 }
 

@@ -2,6 +2,9 @@
 // layer of the stage). A request reserves the blocks for its whole length (prompt + max new
 // tokens) at admission, so running requests can never run the process out of memory; one that
 // does not fit now waits (FIFO), one that could never fit is refused. Pure bookkeeping, no I/O.
+// Blocks held by cached prompt prefixes (prefix-cache.ts) are reclaimable: a reservation that does
+// not fit in the free blocks first takes them back (the reclaimer evicts its least recently used
+// entries), so the prompt cache never makes a request wait or fail.
 import { KiwiError } from '../errors.js';
 
 export interface KvReservation {
@@ -24,6 +27,7 @@ export class KvBlockPool {
   private nextId = 1;
   private readonly live = new Map<number, KvReservation>();
   private readonly waiting: Waiter[] = [];
+  private reclaimer: ((blocks: number) => KvReservation[]) | undefined;
 
   constructor(
     readonly totalBlocks: number,
@@ -45,6 +49,14 @@ export class KvBlockPool {
     return new KvBlockPool(blocks, blockTokens, bytesPerToken);
   }
 
+  /**
+   * Who holds reclaimable blocks (the prompt cache): asked for `blocks` more whenever a reservation
+   * does not fit in the free ones, it returns reservations of its own to free (fewer if it has none).
+   */
+  setReclaimer(reclaim: ((blocks: number) => KvReservation[]) | undefined): void {
+    this.reclaimer = reclaim;
+  }
+
   get freeBlocks(): number {
     return this.free;
   }
@@ -60,7 +72,9 @@ export class KvBlockPool {
   /** Reserves now or returns undefined (never waits). Throws if the request can never fit. */
   tryReserve(tokens: number): KvReservation | undefined {
     const blocks = this.checkFits(tokens);
-    if (this.waiting.length > 0 || blocks > this.free) return undefined;
+    if (this.waiting.length > 0) return undefined;
+    this.reclaim(blocks);
+    if (blocks > this.free) return undefined;
     return this.take(blocks);
   }
 
@@ -70,6 +84,7 @@ export class KvBlockPool {
    */
   reserve(tokens: number, opts: { wait?: boolean; signal?: AbortSignal } = {}): Promise<KvReservation> {
     const blocks = this.checkFits(tokens);
+    if (this.waiting.length === 0) this.reclaim(blocks);
     if (this.waiting.length === 0 && blocks <= this.free) return Promise.resolve(this.take(blocks));
     if (opts.wait === false) {
       return Promise.reject(
@@ -105,6 +120,15 @@ export class KvBlockPool {
     this.admitWaiting();
   }
 
+  /** Takes reclaimable blocks back until `blocks` are free (as far as there are any). */
+  private reclaim(blocks: number): void {
+    if (blocks <= this.free || this.reclaimer === undefined) return;
+    for (const r of this.reclaimer(blocks - this.free)) {
+      if (!this.live.delete(r.id)) throw new Error(`KV reservation ${r.id} reclaimed but not held`);
+      this.free += r.blocks;
+    }
+  }
+
   private checkFits(tokens: number): number {
     const blocks = this.blocksFor(tokens);
     if (blocks > this.totalBlocks) {
@@ -125,6 +149,7 @@ export class KvBlockPool {
   }
 
   private admitWaiting(): void {
+    if (this.waiting.length > 0) this.reclaim(this.waiting[0]!.blocks);
     while (this.waiting.length > 0 && this.waiting[0]!.blocks <= this.free) {
       const w = this.waiting.shift()!;
       w.signal?.removeEventListener('abort', w.onAbort);

@@ -266,6 +266,58 @@ export class Sampler {
     return id;
   }
 
+  /**
+   * sample() where a drafter guessed `draft` (speculative decoding): returns the draft when it is
+   * accepted, else another token, so the result has exactly sample()'s distribution. Greedy (or
+   * scoring): the token sample() would return. Else, for a deterministic draft x, x is accepted with
+   * probability p(x) and otherwise a token is drawn from p without x, renormalised (Leviathan et
+   * al. 2023 with q = the point mass at x). The same seed and drafts give the same tokens.
+   */
+  sampleWithDraft(logits: Float32Array, history: readonly number[], draft: number): number {
+    if (this.options.temperature <= 0 || this.options.forcedIds !== undefined) return this.sample(logits, history);
+    const l = Float32Array.from(logits);
+    applyPenalties(l, history, this.options);
+    if (this.options.logitBias !== undefined) applyLogitBias(l, this.options.logitBias);
+    this.draws++;
+    const { ids, probs } = this.distribution(l);
+    const at = ids.indexOf(draft);
+    const pDraft = at >= 0 ? probs[at]! : 0;
+    let id = draft;
+    if (!(this.rng.next() < pDraft)) {
+      // Rejected: draw from the rest of the distribution (its mass is 1 - p(x) > 0 here).
+      const target = this.rng.next() * (1 - pDraft);
+      let cum = 0;
+      id = -1;
+      for (let i = 0; i < ids.length; i++) {
+        if (i === at) continue;
+        cum += probs[i]!;
+        id = ids[i]!;
+        if (target < cum) break;
+      }
+    }
+    if (this.options.topLogprobs !== undefined) this.lastLogprobs = tokenLogprobs(l, id, this.options.topLogprobs);
+    return id;
+  }
+
+  /** The distribution draw() samples from: candidates with their probabilities (the whole vocabulary without truncation). */
+  private distribution(l: Float32Array): { ids: number[]; probs: number[] } {
+    const o = this.options;
+    if (o.topK !== 0 || o.topP < 1 || o.minP !== 0) return candidates(l, o);
+    let max = -Infinity;
+    for (let i = 0; i < l.length; i++) max = Math.max(max, l[i]!);
+    const ids: number[] = [];
+    const probs: number[] = [];
+    let sum = 0;
+    for (let i = 0; i < l.length; i++) {
+      const e = Math.exp((l[i]! - max) / o.temperature);
+      ids.push(i);
+      probs.push(e);
+      sum += e;
+    }
+    for (let i = 0; i < probs.length; i++) probs[i]! /= sum;
+    return { ids, probs };
+  }
+
   private draw(l: Float32Array): number {
     if (this.options.temperature <= 0) return argmax(l);
     const r = this.rng.next();

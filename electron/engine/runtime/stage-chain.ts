@@ -23,6 +23,11 @@ export class StageChain {
     return this.stages[0]!.shape.vocab;
   }
 
+  /** The head returns the logits of several positions in one pass (speculative verification). */
+  get verifies(): boolean {
+    return this.stages[this.stages.length - 1]!.verifies;
+  }
+
   get maxPositions(): number {
     return Math.min(...this.stages.map((s) => s.shape.maxPositions));
   }
@@ -39,11 +44,13 @@ export class StageChain {
 
   /**
    * One forward pass. A single row may add many tokens (prefill); several rows add one token each
-   * (batched decode). Returns the logits of each row's last position, [vocab] each.
+   * (batched decode). Returns the logits of each row's last position, [vocab] each; `logitsTail`
+   * (one row, speculative verification) asks for its last `logitsTail` positions, [logitsTail, vocab].
    */
-  async step(rows: ReadonlyArray<{ tokens: readonly number[]; caches: RequestCaches }>): Promise<Float32Array[]> {
+  async step(rows: ReadonlyArray<{ tokens: readonly number[]; caches: RequestCaches }>, opts: { logitsTail?: number } = {}): Promise<Float32Array[]> {
     const batch = rows.length;
     const seq = rows[0]?.tokens.length ?? 0;
+    const tail = opts.logitsTail ?? 1;
     let input: StageInput = {
       kind: 'ids',
       ids: BigInt64Array.from(rows.flatMap((r) => r.tokens.map(BigInt))), // [batch, seq]
@@ -51,12 +58,14 @@ export class StageChain {
       seq,
     };
     for (let s = 0; s < this.stages.length; s++) {
-      const out = await this.stages[s]!.forward(
+      const stage = this.stages[s]!;
+      const out = await stage.forward(
         input,
         rows.map((r) => r.caches[s]!),
+        stage.plan.head && tail !== 1 ? { logitsTail: tail } : {},
       );
       if (out.kind === 'logits') {
-        const v = this.vocab;
+        const v = this.vocab * tail;
         return rows.map((_, b) => out.logits.subarray(b * v, (b + 1) * v)); // [batch, vocab] -> rows
       }
       input = { kind: 'hidden', hidden: out.hidden, batch, seq }; // [batch, seq, hidden]

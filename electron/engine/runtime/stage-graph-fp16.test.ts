@@ -47,6 +47,7 @@ async function wholeModel(file: GgufFile, shape: ModelShape, precision: StagePre
           [IO.hiddenIn]: hidden,
           [IO.seqlensK]: new ort.Tensor('int32', Int32Array.of(total - 1), [1]),
           [IO.totalSeqLen]: new ort.Tensor('int32', Int32Array.of(total), []),
+          ...(st.head ? { [IO.logitsFrom]: new ort.Tensor('int64', BigInt64Array.of(-1n), [1]) } : {}),
         };
         for (let L = st.start; L < st.end; L++) {
           feeds[IO.pastKey(L)] = st.past[2 * (L - st.start)]!;

@@ -117,7 +117,8 @@ export const IO = {
   presentKey: (layer: number) => `present_key.${layer}`, // [batch, kvHeads, total, headDim] f32
   presentValue: (layer: number) => `present_value.${layer}`,
   hiddenOut: 'hidden_out', // [batch, seq, hidden] f32
-  logits: 'logits', // [batch, 1, vocab] f32: last position only
+  logits: 'logits', // [batch, tail, vocab] f32: the last `tail` positions (default 1)
+  logitsFrom: 'logits_from', // [1] int64, the head's: -tail (-1: the last position; speculative verification asks for k+1)
   hiddenNorm: 'hidden_norm', // [batch, seq, hidden] f32: the head's final norm of every position (embeddings), fetched only on request
 } as const;
 
@@ -268,14 +269,16 @@ export function stageGraphBuilder(
       const gammaAll = g.initializer('output_norm_all', ft, [hidden], fb(head.norm));
       nameOutput(g, toF32(g.op('SimplifiedLayerNormalization', [full, gammaAll], { attrs: { axis: -1, epsilon: eps }, hint: 'output_norm_all' })), IO.hiddenNorm);
       g.output(IO.hiddenNorm, 'float32', ['batch', 'seq', hidden]);
-      // Only the last position is sampled: slice before the (expensive) vocab projection.
+      // Only the last position is sampled (speculative verification: the last k+1): slice before
+      // the (expensive) vocab projection.
+      const from = g.input(IO.logitsFrom, 'int64', [1]);
       const last = (t: string, name: string): string =>
-        g.op('Slice', [t, g.int64s(`${name}.starts`, [-1]), g.int64s(`${name}.ends`, [2 ** 31 - 1]), g.int64s(`${name}.axes`, [1])]);
-      x = last(x, 'last_x'); // [batch, 1, hidden]
-      if (branch !== undefined) branch = last(branch, 'last_branch'); // [batch, 1, hidden]
-      const xn = rmsNorm(head.norm, 'output_norm'); // [batch, 1, hidden]
-      nameOutput(g, toF32(linear(xn, head.output, 'output')), IO.logits); // [batch, 1, vocab]
-      g.output(IO.logits, 'float32', ['batch', 1, shape.vocab]);
+        g.op('Slice', [t, from, g.int64s(`${name}.ends`, [2 ** 31 - 1]), g.int64s(`${name}.axes`, [1])]);
+      x = last(x, 'last_x'); // [batch, tail, hidden]
+      if (branch !== undefined) branch = last(branch, 'last_branch'); // [batch, tail, hidden]
+      const xn = rmsNorm(head.norm, 'output_norm'); // [batch, tail, hidden]
+      nameOutput(g, toF32(linear(xn, head.output, 'output')), IO.logits); // [batch, tail, vocab]
+      g.output(IO.logits, 'float32', ['batch', 'tail', shape.vocab]);
     } else {
       const out = branch !== undefined ? g.op('Add', [x, branch]) : x; // [batch, seq, hidden]
       nameOutput(g, toF32(out), IO.hiddenOut);

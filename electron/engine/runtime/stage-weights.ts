@@ -31,6 +31,12 @@ export async function loadStageWeights(file: GgufFile, shape: DecoderShape, plan
 /** The stage's weights one layer at a time (so a streaming build holds one layer, not the range). */
 export interface StageWeightSource {
   layer(L: number): Promise<LayerWeights>;
+  /**
+   * Layer L's weights as the graph sees their forms (kinds, shapes, bits, which optional tensors
+   * exist) with no bytes: for a layer whose built initializers are already on disk (the shard
+   * cache), so neither its GGUF bytes nor a conversion are needed. Shapes are checked as in layer().
+   */
+  hollowLayer(L: number): Promise<LayerWeights>;
   head(): Promise<NonNullable<StageWeights['head']>>;
   close(): Promise<void>;
 }
@@ -42,36 +48,53 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape): Pro
     if (t === undefined) throw new KiwiError('MODEL_UNSUPPORTED', `tensor '${name}' is missing from ${file.path}`, { tensor: name });
     return t;
   };
-  const vector = async (name: string, length: number): Promise<Float32Array> => {
+  const vectorInfo = (name: string, length: number): GgufTensorInfo => {
     const t = tensor(name);
     if (t.dims.reduce((a, b) => a * b, 1) !== length) {
       throw new KiwiError('GGUF_INVALID', `tensor '${name}' has shape [${t.dims.join(', ')}], expected ${length} elements`);
     }
-    return toF32(t, await reader.read(t));
+    return t;
   };
-  const optionalVector = async (name: string, length: number) => (file.tensor(name) !== undefined ? vector(name, length) : undefined);
-  const matrix = async (name: string, n: number, k: number): Promise<LinearWeight> => {
+  const matrixInfo = (name: string, n: number, k: number): GgufTensorInfo => {
     const t = tensor(name);
     if (t.dims.length !== 2 || t.dims[0] !== k || t.dims[1] !== n) {
       throw new KiwiError('GGUF_INVALID', `tensor '${name}' has shape [${t.dims.join(', ')}], expected [${k}, ${n}]`);
     }
+    return t;
+  };
+  const vector = async (name: string, length: number): Promise<Float32Array> => {
+    const t = vectorInfo(name, length);
+    return toF32(t, await reader.read(t));
+  };
+  const matrix = async (name: string, n: number, k: number): Promise<LinearWeight> => {
+    const t = matrixInfo(name, n, k);
     return toLinear(t, await reader.read(t), n, k);
+  };
+  // The same tensors without their bytes (hollowLayer).
+  const hollow = {
+    vector: (name: string, length: number): Promise<Float32Array> => {
+      vectorInfo(name, length);
+      return Promise.resolve(new Float32Array(0));
+    },
+    matrix: (name: string, n: number, k: number): Promise<LinearWeight> => Promise.resolve(hollowLinear(matrixInfo(name, n, k), n, k)),
   };
 
   const { hidden, heads, kvHeads, headDim, vocab } = shape;
-  const layer = async (L: number): Promise<LayerWeights> => {
+  const readLayer = async (L: number, read: { vector: typeof vector; matrix: typeof matrix }): Promise<LayerWeights> => {
     const p = `blk.${L}`;
     const ffn = tensor(`${p}.ffn_gate.weight`).dims[1] ?? 0;
+    const { vector: vec, matrix: mat } = read;
+    const optionalVector = async (name: string, length: number) => (file.tensor(name) !== undefined ? vec(name, length) : undefined);
     const weights: LayerWeights = {
-      attnNorm: await vector(`${p}.attn_norm.weight`, hidden),
-      q: await matrix(`${p}.attn_q.weight`, heads * headDim, hidden),
-      k: await matrix(`${p}.attn_k.weight`, kvHeads * headDim, hidden),
-      v: await matrix(`${p}.attn_v.weight`, kvHeads * headDim, hidden),
-      o: await matrix(`${p}.attn_output.weight`, hidden, heads * headDim),
-      ffnNorm: await vector(`${p}.ffn_norm.weight`, hidden),
-      gate: await matrix(`${p}.ffn_gate.weight`, ffn, hidden),
-      up: await matrix(`${p}.ffn_up.weight`, ffn, hidden),
-      down: await matrix(`${p}.ffn_down.weight`, hidden, ffn),
+      attnNorm: await vec(`${p}.attn_norm.weight`, hidden),
+      q: await mat(`${p}.attn_q.weight`, heads * headDim, hidden),
+      k: await mat(`${p}.attn_k.weight`, kvHeads * headDim, hidden),
+      v: await mat(`${p}.attn_v.weight`, kvHeads * headDim, hidden),
+      o: await mat(`${p}.attn_output.weight`, hidden, heads * headDim),
+      ffnNorm: await vec(`${p}.ffn_norm.weight`, hidden),
+      gate: await mat(`${p}.ffn_gate.weight`, ffn, hidden),
+      up: await mat(`${p}.ffn_up.weight`, ffn, hidden),
+      down: await mat(`${p}.ffn_down.weight`, hidden, ffn),
     };
     const qBias = await optionalVector(`${p}.attn_q.bias`, heads * headDim);
     const kBias = await optionalVector(`${p}.attn_k.bias`, kvHeads * headDim);
@@ -85,12 +108,14 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape): Pro
     if (kNorm) weights.kNorm = kNorm;
     return weights;
   };
+  const layer = (L: number): Promise<LayerWeights> => readLayer(L, { vector, matrix });
+  const hollowLayer = (L: number): Promise<LayerWeights> => readLayer(L, hollow);
   const head = async (): Promise<NonNullable<StageWeights['head']>> => {
     // Tied embeddings: llama.cpp uses token_embd.weight when output.weight is absent.
     const outputName = file.tensor('output.weight') !== undefined ? 'output.weight' : 'token_embd.weight';
     return { norm: await vector('output_norm.weight', hidden), output: await matrix(outputName, vocab, hidden) };
   };
-  return { layer, head, close: () => reader.close() };
+  return { layer, hollowLayer, head, close: () => reader.close() };
 }
 
 /** Reads the Llama 3 rope frequency factors, if the model has them. */
@@ -127,6 +152,28 @@ function toF32(t: GgufTensorInfo, bytes: Uint8Array): Float32Array {
       return f32FromBf16Bytes(bytes, count(t));
     default:
       throw unsupported(t, 'a vector');
+  }
+}
+
+/** The form toLinear gives a tensor of this type, with empty arrays. */
+function hollowLinear(t: GgufTensorInfo, n: number, k: number): LinearWeight {
+  const nbits = (bits: 4 | 8, blockSize: number): LinearWeight => ({ kind: 'nbits', n, k, bits, blockSize, b: new Uint8Array(0), scales: new Float32Array(0) });
+  switch (t.type) {
+    case GgmlType.F32:
+    case GgmlType.F16:
+    case GgmlType.BF16:
+      return { kind: 'float', n, k, weight: new Float32Array(0) };
+    case GgmlType.Q8_0:
+      return nbits(8, 32);
+    case GgmlType.Q4_0:
+      return nbits(4, 32);
+    case GgmlType.Q6_K:
+      return nbits(8, 16);
+    case GgmlType.Q4_K:
+      return { ...nbits(4, 32), blockOffsets: new Float32Array(0) } as LinearWeight;
+    default:
+      if (DEQUANTIZABLE_TYPES.includes(t.type)) return { kind: 'float', n, k, weight: new Float32Array(0) };
+      throw unsupported(t, 'a matrix');
   }
 }
 

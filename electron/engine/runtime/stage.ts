@@ -8,7 +8,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { KiwiError } from '../errors.js';
-import { availableProviders, createStageSession, f32Tensor, i32Tensor, tensorF32 } from '../ort/session.js';
+import { availableProviders, createStageSession, f32Tensor, i32Tensor, tensorF32, tensorOf } from '../ort/session.js';
 import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from '../ort/session.js';
 import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js';
 import { IO, attentionHeadDim, buildStageGraph, stageGraphBuilder } from './stage-graph.js';
@@ -18,7 +18,7 @@ import { loadStageWeights, openStageWeights } from './stage-weights.js';
 import type { StagePlan } from './stage-weights.js';
 import { EmbeddingTable } from './embedding.js';
 import { modelFingerprint } from './shard-cache.js';
-import type { ShardCache } from './shard-cache.js';
+import type { ShardCache, ShardSource } from './shard-cache.js';
 
 /**
  * One request's cache for one stage: per layer K and V, each [kvHeads, allocated, headDim] f32,
@@ -38,6 +38,15 @@ export interface KvCache {
   values: Float32Array[];
 }
 
+/**
+ * Drops a cache's positions from `length` on (speculative decoding's rejected drafts). Exact: a
+ * forward pass attends to positions [0, length) only and writes new ones from `length`.
+ */
+export function rollbackCache(c: KvCache, length: number): void {
+  if (!Number.isInteger(length) || length < 0 || length > c.length) throw new Error(`rollback of a cache of ${c.length} positions to ${length}`);
+  c.length = length;
+}
+
 /** Buffers grow in multiples of this many positions. */
 const KV_GROWTH_POSITIONS = 256;
 
@@ -47,6 +56,8 @@ export interface StageOptions extends Partial<StageGraphOptions> {
   /** Where built shards are kept; without it every start builds the graph in memory (protobuf's
    * 2 GiB limit then caps the stage's size: real models should use the cache). */
   cache?: ShardCache;
+  /** How the cache identifies the file's bytes (a member's partial model: its spans' sha256); default its mtime. */
+  cacheSource?: Omit<ShardSource, 'path'>;
   /** Run the onnxruntime session on a worker thread, keeping the event loop free during forward
    * passes. Default: yes, unless KIWI_STAGE_WORKER=0 (in-thread, for comparison). */
   worker?: boolean;
@@ -66,7 +77,7 @@ export type StageInput =
   | { kind: 'ids'; ids: BigInt64Array /* [batch, seq] */; batch: number; seq: number }
   | { kind: 'hidden'; hidden: Float32Array /* [batch, seq, hidden] */; batch: number; seq: number };
 
-/** hidden states [batch, seq, hidden] for the next stage, or logits [batch, vocab] (last position) from the head. */
+/** hidden states [batch, seq, hidden] for the next stage, or logits [batch, tail, vocab] (the last `logitsTail` positions, default 1) from the head. */
 export type StageOutput =
   | { kind: 'hidden'; hidden: Float32Array }
   /** hiddenNorm [batch, seq, hidden]: the final norm of every position, when forward() was asked for it. */
@@ -100,7 +111,7 @@ export class Stage {
     const worker = (opts.worker ?? stageWorkerEnabled()) ? startSessionWorker() : undefined;
     let prepared: PreparedModel;
     try {
-      prepared = await prepareModel(file, shape, plan, opts.cache, accuracyLevel, provider);
+      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider);
     } catch (err) {
       await worker?.dispose();
       throw err;
@@ -122,6 +133,11 @@ export class Stage {
     }
     stage.origin.sessionMs = performance.now() - t1;
     return stage;
+  }
+
+  /** The head computes the logits of several last positions in one pass (speculative verification; its logits_from input). */
+  get verifies(): boolean {
+    return this.plan.head && this.session.inputNames.includes(IO.logitsFrom);
   }
 
   /** KV-cache bytes one position of one request takes in this stage (K and V, f32, every layer). */
@@ -170,7 +186,7 @@ export class Stage {
    * Runs the stage for `input.batch` rows; row b continues `caches[b]`. Several rows need
    * seq == 1 (batched decode); prefill runs one request at a time.
    */
-  async forward(input: StageInput, caches: KvCache[], opts: { hiddenNorm?: boolean } = {}): Promise<StageOutput> {
+  async forward(input: StageInput, caches: KvCache[], opts: { hiddenNorm?: boolean; logitsTail?: number } = {}): Promise<StageOutput> {
     const { batch, seq } = input;
     if (caches.length !== batch) throw new Error(`forward: ${caches.length} caches for batch ${batch}`);
     if (batch > 1 && seq !== 1) throw new Error('forward: batched rows must each add one token');
@@ -178,11 +194,13 @@ export class Stage {
     if (input.kind === 'hidden' && this.plan.start === 0) throw new Error('forward: hidden states given to the first stage');
     const x = input.kind === 'ids' ? this.embedding!.lookup(input.ids) : input.hidden; // [batch, seq, hidden]
     if (opts.hiddenNorm === true && !this.plan.head) throw new Error('forward: only the head has the final norm');
-    return this.run(x, caches, batch, seq, opts.hiddenNorm === true);
+    const tail = opts.logitsTail ?? 1;
+    if (tail !== 1 && !(this.verifies && Number.isInteger(tail) && tail >= 1 && tail <= seq)) throw new Error(`forward: logits of the last ${tail} of ${seq} positions need a head that verifies`);
+    return this.run(x, caches, batch, seq, opts.hiddenNorm === true, tail);
   }
 
   /** The session run: x [batch, seq, hidden] f32 after the embedding. */
-  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number, hiddenNorm = false): Promise<StageOutput> {
+  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number, hiddenNorm = false, logitsTail = 1): Promise<StageOutput> {
     const { kvHeads, hidden } = this.shape;
     const headDim = attentionHeadDim(this.shape); // the cache holds padded heads
     for (const c of caches) {
@@ -209,6 +227,7 @@ export class Stage {
     // seqlens_k[b] = total length of row b - 1: GQA writes row b's new K/V at its own position.
     feeds[IO.seqlensK] = i32Tensor(Int32Array.from(caches, (c) => c.length + seq - 1), [batch]);
     feeds[IO.totalSeqLen] = i32Tensor(Int32Array.of(total), []);
+    if (this.plan.head) feeds[IO.logitsFrom] = tensorOf(BigInt64Array.of(BigInt(-logitsTail)), [1]);
     const outputName = this.plan.head ? IO.logits : IO.hiddenOut;
     const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
     if (hiddenNorm) fetches[IO.hiddenNorm] = null;
@@ -278,12 +297,13 @@ async function prepareModel(
   file: GgufFile,
   shape: DecoderShape,
   plan: StagePlan,
-  cache: ShardCache | undefined,
+  cached: { cache: ShardCache; source: ShardSource } | undefined,
   accuracyLevel: NonNullable<StageOptions['accuracyLevel']>,
   provider: ExecutionProvider,
 ): Promise<PreparedModel> {
   const embedding = plan.start === 0 ? await EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : undefined;
   const t0 = performance.now();
+  const cache = cached?.cache;
   const key = cache && {
     model: await modelFingerprint(file),
     start: plan.start,
@@ -293,15 +313,16 @@ async function prepareModel(
     maxPositions: shape.maxPositions,
     provider,
   };
-  const cached = cache && key && (await cache.lookup(key, file.path));
-  if (cached !== undefined) return { model: cached, embedding, source: 'cache', buildMs: 0 };
-  if (cache && key) {
-    // Streamed: one layer's weights are read, converted and written to the shard at a time.
-    const model = await cache.build(key, file.path, async (spill) => {
+  const found = cached && key && (await cached.cache.lookup(key, cached.source));
+  if (found !== undefined) return { model: found, embedding, source: 'cache', buildMs: 0 };
+  if (cached && key) {
+    // Streamed: one layer's weights are read, converted and written to its layer file at a time;
+    // a layer built before (for any range) is added hollow and its file reused as it is.
+    const model = await cached.cache.build(key, cached.source, async ({ place, reused }) => {
       const source = await openStageWeights(file, shape);
       try {
-        const b = stageGraphBuilder(shape, plan, { accuracyLevel }, { spill });
-        for (let L = plan.start; L < plan.end; L++) b.addLayer(await source.layer(L));
+        const b = stageGraphBuilder(shape, plan, { accuracyLevel }, { place });
+        for (let L = plan.start; L < plan.end; L++) b.addLayer(reused(L) ? await source.hollowLayer(L) : await source.layer(L));
         return b.finish(plan.head ? await source.head() : undefined);
       } finally {
         await source.close();

@@ -7,6 +7,8 @@ import { chatTemplateForModel, chatTokensOf, compileChatTemplate } from '../mode
 import type { ChatTemplate } from '../model/chat-template.js';
 import { BatchGenerator } from '../runtime/generation.js';
 import { KvBlockPool } from '../runtime/kv-pool.js';
+import { promptCacheHealth } from '../runtime/prefix-cache.js';
+import { speculativeHealth, type SpeculativeMode } from '../runtime/speculative.js';
 import { openLocalModel } from '../runtime/local-model.js';
 import type { LocalModel, LocalModelOptions } from '../runtime/local-model.js';
 import { attentionHeadDim } from '../runtime/stage-graph.js';
@@ -24,6 +26,10 @@ export interface LocalBackendOptions extends LocalModelOptions {
   maxBatch?: number;
   /** KV-cache budget of the pool; it always holds at least one full context. Default 1 GiB. */
   kvBudgetBytes?: number;
+  /** The prompt cache's bound (KV bytes of recent prompts, inside the pool); 0 or absent: off. */
+  promptCacheBytes?: number;
+  /** Speculative decoding (runtime/speculative.ts); default off. */
+  speculative?: SpeculativeMode;
   /** A Jinja chat template that replaces the model's (kiwi serve --chat-template). */
   chatTemplate?: string;
 }
@@ -90,7 +96,7 @@ export class LocalBackend implements CompletionBackend {
           ? compileChatTemplate(this.opts.chatTemplate, 'model', chatTokensOf(model.tokenizer)) // an override counts as the model's own
           : chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer)),
       pool,
-      generator: new BatchGenerator(model.chain, pool, { maxBatch: this.opts.maxBatch ?? 8 }),
+      generator: new BatchGenerator(model.chain, pool, { maxBatch: this.opts.maxBatch ?? 8, promptCacheBytes: this.opts.promptCacheBytes ?? 0, ...(this.opts.speculative !== undefined ? { speculative: this.opts.speculative } : {}) }),
     };
     this.createdAt = Math.floor(Date.now() / 1000);
     this.state = 'serving';
@@ -117,7 +123,7 @@ export class LocalBackend implements CompletionBackend {
   /** For GET /health: generations so far by how they ended (a refused request starts none). */
   health(): Record<string, unknown> {
     const { completed, cancelled, failed } = this.counts;
-    return { generations: { completed, cancelled, failed } };
+    return { generations: { completed, cancelled, failed }, ...promptCacheHealth(this.loaded?.generator.promptCacheStats), ...speculativeHealth(this.loaded?.generator.speculation) };
   }
 
   /** Generations so far by how they ended; how many run now and how many wait for KV blocks. */

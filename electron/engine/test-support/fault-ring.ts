@@ -99,6 +99,8 @@ export class FaultRing {
       '--expect', String(opts.members.length), '--listen', place('host').listen, '--json',
       // Fixed figures (its RAM; members' from their capabilities files): the layer ranges tests assert must not follow a noisy bench.
       '--no-bench', ...(opts.hostArgs ?? [])];
+    // The recoveries these trials count are the faults they cause, not drift re-plans of a loaded machine.
+    if (!hostArgs.includes('--replan-drift')) hostArgs.push('--replan-drift', 'off');
     if (opts.heartbeatTimeoutS !== undefined) hostArgs.push('--heartbeat-timeout', String(opts.heartbeatTimeoutS));
     if (opts.recoveryTimeoutS !== undefined) hostArgs.push('--recovery-timeout', String(opts.recoveryTimeoutS));
     const host = spawnAt('host', hostArgs);

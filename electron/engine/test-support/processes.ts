@@ -1,11 +1,12 @@
 // Real processes for tests: TypeScript entry points run from source with tsx (so a test never
 // runs a stale dist/), JSON-line events read from stdout, and every child killed when the test
 // ends, also when it fails.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll } from 'vitest';
 
 export type Event = Record<string, unknown> & { event?: string };
@@ -41,10 +42,14 @@ export class ProcessSet {
    * every interface and announce the session on the LAN). Host and join skip the device bench
    * (`--no-bench`) unless given `--capabilities`: its figures are noisy on a shared machine and
    * would move the layer ranges tests assert; `kiwiMeasured` runs the default, measuring flow.
+   * A host does not re-plan on drift unless given `--replan-drift`: tests' fixed figures are not
+   * this machine's, and their epochs and recoveries count the faults they cause.
    */
   kiwi(...args: string[]): Proc {
     const session = args[0] === 'host' || args[0] === 'join';
-    return this.kiwiMeasured(...args, ...(session && !args.includes('--capabilities') && !args.includes('--no-bench') ? ['--no-bench'] : []));
+    const noBench = session && !args.includes('--capabilities') && !args.includes('--no-bench') ? ['--no-bench'] : [];
+    const noDrift = args[0] === 'host' && !args.includes('--replan-drift') ? ['--replan-drift', 'off'] : [];
+    return this.kiwiMeasured(...args, ...noBench, ...noDrift);
   }
 
   /** `kiwi args...` on loopback, with host and join measuring the device as a user's would. */
@@ -127,4 +132,10 @@ export function isolatedCacheDir(prefix: string): () => string {
     await rm(dir, { recursive: true, force: true });
   });
   return () => dir;
+}
+
+/** Runs a `kiwi` command to its end with --json and returns its last JSON line. */
+export async function kiwiJson(...args: string[]): Promise<Record<string, unknown>> {
+  const { stdout } = await promisify(execFile)(process.execPath, [...kiwiEntry(), ...args, '--json'], { cwd: repoRoot, maxBuffer: 1 << 24 });
+  return JSON.parse(stdout.trim().split('\n').pop() as string) as Record<string, unknown>;
 }

@@ -6,6 +6,7 @@ import { useMutation, useQueryClient } from '@tanstack/react-query';
 import { useId, useState, type FormEvent, type ReactElement } from 'react';
 import type { DownloadWire, SessionStatus } from '../../../common/control-api.js';
 import { layerRangeText } from '../../../common/ring-layout.js';
+import { stageTimeText } from '../../../common/stage-time.js';
 import { api } from '../api.js';
 import { Card, CopyButton, ErrorBanner, formatBytes, formatMs, Progress } from '../ui.js';
 import { formatDuration, RingBanner } from './recovery.js';
@@ -234,7 +235,7 @@ export function PlanCard({ status }: { status: SessionStatus }): ReactElement {
             <thead><tr><th scope="col">Member</th><th scope="col">Layers</th><th scope="col">Stage time</th></tr></thead>
             <tbody>
               {plan.stages.map((s) => (
-                <tr key={s.peer}><td>{s.name}{s.head ? ' (head)' : ''}</td><td>{layerRangeText(s.start, s.end)}</td><td>{formatMs(s.stage_ms)}</td></tr>
+                <tr key={s.peer}><td>{s.name}{s.head ? ' (head)' : ''}</td><td>{layerRangeText(s.start, s.end)}</td><td>{stageTimeText(s) ?? '—'}</td></tr>
               ))}
             </tbody>
           </table>

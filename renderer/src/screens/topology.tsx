@@ -8,9 +8,11 @@
 // the nodes, for any ring size) is common/ring-layout.ts; layer ranges read as people count them,
 // from 1 with both ends included ("layers 2–3 (2 layers)"), see layerRangeText there. A member's
 // NAT class (mapping, filtering, router port mapping) is its node's tooltip and data attributes.
+// A stage's time shows measured beside the plan's prediction (common/stage-time.ts).
 import type { CSSProperties, ReactElement } from 'react';
 import type { LinkWire, MemberNatClassWire, MemberWire, SessionStatus } from '../../../common/control-api.js';
 import { natClassText } from '../../../common/nat-text.js';
+import { stageTimeText } from '../../../common/stage-time.js';
 import { estimateWidth, LABEL_FONTS, layerRangeText, layoutRing, NODE_RADIUS, type LabelFont, type LabelLine, type Measure, type PlacedLabel } from '../../../common/ring-layout.js';
 import { Card, formatMs } from '../ui.js';
 import { RecoveryHistory, RingBanner } from './recovery.js';
@@ -95,7 +97,9 @@ function peers(status: SessionStatus): { ring: Peer[]; out: Peer[] } {
     if (t !== null) lines.push({ text: t, font: 'detail' });
     else if (held !== undefined) {
       lines.push({ text: `${layerRangeText(held.start, held.end)}${held.head ? ' + head' : ''}`, font: 'detail' });
-      const extra = [held.stage_ms !== null ? formatMs(held.stage_ms) : null, held.state === 'kept' ? 'kept' : null].filter((x) => x !== null);
+      // Measured beside the plan's prediction (a member's own assignment has one figure).
+      const time = 'measured_ms' in held ? stageTimeText(held) : held.stage_ms !== null ? formatMs(held.stage_ms) : null;
+      const extra = [time, held.state === 'kept' ? 'kept' : null].filter((x) => x !== null);
       if (extra.length > 0) lines.push({ text: extra.join(' · '), font: 'detail' });
     } else if (peer === 0) lines.push({ text: 'head', font: 'detail' });
     return { peer, name, lines, kind: peer === 0 ? 'host' : isSelf ? 'self' : 'member', trouble: t, nat: (peer === 0 && status.role === 'host' ? status.host_nat : byPeer.get(peer)?.nat) ?? null };

@@ -31,15 +31,21 @@ export function* permutations(xs: readonly number[]): Generator<number[]> {
   }
 }
 
-/** Bandwidth-tier stage time from the issue's formula; a measured block_ms replaces the blocks' part. */
+/**
+ * Bandwidth-tier stage time from the issues' formulas: the fixed step plus the packed bytes read
+ * at the device's bandwidth; a measured block_ms replaces the blocks' part and prices the head by
+ * its bytes over a block's.
+ */
 export function bruteStageMs(fleet: Fleet, device: number, blocks: number, head: boolean): number {
   const d = fleet.devices[device];
   if (d === undefined) throw new Error('no such device');
   const m = fleet.model;
   const gbps = d.bandwidthGBps;
-  const blocksMs = d.blockMs !== undefined ? blocks * d.blockMs : ((blocks * m.blockBytes) / ((gbps as number) * 1e9)) * 1000;
-  const headMs = !head ? 0 : gbps !== undefined ? (m.headBytes / (gbps * 1e9)) * 1000 : (d.blockMs as number) * (m.headBytes / m.blockBytes);
-  return blocksMs + headMs;
+  const blockRead = m.blockResidentBytes ?? m.blockBytes;
+  const headRead = m.headReadBytes ?? m.headBytes;
+  const blocksMs = d.blockMs !== undefined ? blocks * d.blockMs : ((blocks * blockRead) / ((gbps as number) * 1e9)) * 1000;
+  const headMs = !head ? 0 : d.blockMs !== undefined ? d.blockMs * (headRead / blockRead) : (headRead / ((gbps as number) * 1e9)) * 1000;
+  return (d.stepMs ?? 0) + blocksMs + headMs;
 }
 
 export function bruteStageMemory(fleet: Fleet, blocks: number, head: boolean): number {
