@@ -6,8 +6,9 @@
 // counts them) against the built bytes of the layers held. The same code paths as a member
 // (pipeline/ring-member.ts), without the network: spans are copied from the model file.
 // Run: npx tsx bench/shard-disk.ts MODEL.gguf [START-END ...]   (default ranges 6-16 3-16 3-16:
-// the last one is a restart, its stage from the cache)
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+// the last one is a restart, its stage from the cache). Prints a table and writes
+// bench/results/shard-disk.json.
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { open } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +28,7 @@ const ranges = (rangeArgs.length > 0 ? rangeArgs : ['6-16', '3-16', '3-16']).map
 const MiB = (n: number): string => (n / 2 ** 20).toFixed(1);
 
 const dir = await mkdtemp(join(os.tmpdir(), 'kiwi-shard-disk-'));
+const rows: Record<string, unknown>[] = [];
 try {
   const source = await openGguf(modelPath);
   const fp = await modelFingerprint(source);
@@ -71,9 +73,15 @@ try {
     }
     const raw = await diskBytesOf(weightsDir);
     const shards = await diskBytesOf(cache.dir);
-    console.log(`| ${i === 0 ? 'first assignment' : i === 1 ? 're-plan' : 'restart'} | ${range.start}-${range.end} | ${stage.origin.source} | ${openS} | ${MiB(received)} | ${layers} | ${MiB(layerBytes)} | ${MiB(raw)} | ${MiB(shards)} | ${MiB(raw + shards)} | ${((raw + shards) / layerBytes).toFixed(3)} |`);
+    const step = i === 0 ? 'first assignment' : i === 1 ? 're-plan' : 'restart';
+    rows.push({ step, start: range.start, end: range.end, source: stage.origin.source, open_s: Number(openS), received_bytes: received, built_layers: layers, built_bytes: layerBytes, received_disk_bytes: raw, shards_disk_bytes: shards, total_over_built: (raw + shards) / layerBytes });
+    console.log(`| ${step} | ${range.start}-${range.end} | ${stage.origin.source} | ${openS} | ${MiB(received)} | ${layers} | ${MiB(layerBytes)} | ${MiB(raw)} | ${MiB(shards)} | ${MiB(raw + shards)} | ${((raw + shards) / layerBytes).toFixed(3)} |`);
   }
   await fh.close();
+  const out = join(import.meta.dirname, 'results');
+  await mkdir(out, { recursive: true });
+  await writeFile(join(out, 'shard-disk.json'), JSON.stringify({ date: new Date().toISOString(), model: modelPath, loadavg: os.loadavg(), rows }, null, 2));
+  console.log(`wrote ${join(out, 'shard-disk.json')}`);
 } finally {
   await rm(dir, { recursive: true, force: true });
 }
