@@ -43,29 +43,27 @@ function post(path: string, body: string): { written: Promise<void>; answered: P
   return { written: writtenP, answered };
 }
 
-it('answers other requests while it tokenizes a long prompt', async () => {
-  expect(backend.contextTokens).toBe(65536);
-  // About 350 KB: under the byte bound of the context (64K tokens of at most 6 bytes), over the context in tokens.
-  const big = post('/v1/completions', JSON.stringify({ prompt: 'Once upon a time there was a girl. '.repeat(10_000), max_tokens: 1 }));
+/** /health answers while `big` (written, not yet answered) is being tokenized; then big's status. */
+async function answeredMeanwhile(big: ReturnType<typeof post>): Promise<number> {
   let bigDone = false;
   void big.answered.then(() => (bigDone = true));
   await big.written;
   const health = await fetch(`http://127.0.0.1:${server.port}/health`);
   expect(health.status).toBe(200);
   expect(bigDone).toBe(false);
-  expect(await big.answered).toBe(400); // it needs more tokens than the context holds, as it learns after tokenizing
+  return big.answered;
+}
+
+it('answers other requests while it tokenizes a long prompt', async () => {
+  expect(backend.contextTokens).toBe(65536);
+  // About 350 KB: under the byte bound of the context (64K tokens of at most 6 bytes), over the context in tokens.
+  const status = await answeredMeanwhile(post('/v1/completions', JSON.stringify({ prompt: 'Once upon a time there was a girl. '.repeat(10_000), max_tokens: 1 })));
+  expect(status).toBe(400); // it needs more tokens than the context holds, as it learns after tokenizing
 });
 
 it('answers other requests while POST /tokenize encodes a long text, with the ids encode() gives', async () => {
   const text = 'Once upon a time there was a girl. '.repeat(10_000);
-  const big = post('/tokenize', JSON.stringify({ content: text }));
-  let bigDone = false;
-  void big.answered.then(() => (bigDone = true));
-  await big.written;
-  const health = await fetch(`http://127.0.0.1:${server.port}/health`);
-  expect(health.status).toBe(200);
-  expect(bigDone).toBe(false);
-  expect(await big.answered).toBe(200);
+  expect(await answeredMeanwhile(post('/tokenize', JSON.stringify({ content: text })))).toBe(200);
   const r = await fetch(`http://127.0.0.1:${server.port}/tokenize`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ content: text.slice(0, 20_000) }) });
   const { tokens } = (await r.json()) as { tokens: number[] };
   expect(tokens).toEqual(backend['loaded']!.model.tokenizer.encode(text.slice(0, 20_000), { addBos: false, parseSpecial: true }));
