@@ -8,8 +8,12 @@
 //     link's kind and RTT; and the same policy given a throughput measured by
 //     transport/link-throughput.ts over an encrypted link through a proxy of the same delay (what
 //     each session link measures as it comes up; all links are alike here, so that choice runs as a fixed wire).
-// Next to each measured ms/token: the planner's prediction (circuit_ms of planFleet, with one
-// decoder block timed on this machine as every device's block_ms and the ring links' RTTs).
+// Next to each measured ms/token: the planner's prediction (circuit_ms of planFleet, with the block
+// probe's block_ms and step_ms on this machine as every device's, the ring links' one-way times (half their RTTs) and, for a
+// ring, the per-hop cost beyond those that the host measured from its own decode steps during
+// the warm-up stream (status drift.hop_ms; planner/plan.ts prices it per edge), taken before the
+// timed stream); "no hop" is the same without it. Per ring, each stage's predicted ms against the
+// mean the host measured over the timed stream (members' compute; the host's own stages).
 // Members run in this file's member mode (below) so that they can advertise their proxy instead of
 // their own listener (MemberSession's `advertise`); they are otherwise what `kiwi join` runs.
 // Model: $KIWI_MODEL, else a `kiwi synth` Llama-family model (8 layers, width 512, Q8_0) written
@@ -29,6 +33,8 @@ import { kiwiCacheDir } from '../electron/engine/paths.js';
 import { chooseLinkWire } from '../electron/engine/pipeline/link-wire.js';
 import { RingMember } from '../electron/engine/pipeline/ring-member.js';
 import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
+import { deviceCosts, stageCost } from '../electron/engine/planner/cost-model.js';
+import type { DeviceSpec } from '../electron/engine/planner/fleet.js';
 import { planFleet } from '../electron/engine/planner/plan.js';
 import { blockShapeOf, measureBlock } from '../electron/engine/runtime/block-probe.js';
 import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
@@ -51,7 +57,7 @@ interface MemberConfig {
 /** Member mode: `kiwi join` with an advertised address (the parent's delay proxy in front of this member's listener). */
 async function runMember(cfg: MemberConfig): Promise<void> {
   const say = (event: string, fields: Record<string, unknown> = {}): void => console.log(JSON.stringify({ event, ...fields }));
-  const member = new MemberSession({ code: cfg.code, rendezvousUrl: cfg.rendezvous, name: cfg.name, listenHost: '127.0.0.1', advertise: [cfg.advertise] });
+  const member = new MemberSession({ code: cfg.code, rendezvousUrl: cfg.rendezvous, name: cfg.name, listenHost: '127.0.0.1', advertise: [cfg.advertise], ice: false });
   const ring = new RingMember(member, {
     modelPath: cfg.model, weightsDir: join(kiwiCacheDir(), 'weights'), threads: cfg.threads, cache: new ShardCache(join(kiwiCacheDir(), 'shards')),
   });
@@ -97,7 +103,8 @@ async function main(): Promise<void> {
   const hidden = summary.embedding_length;
 
   const spawnNode = (args: string[]): Spawned => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // stdin: `status` requests to the host (kiwi host reads commands there).
+    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
     children.push(child);
     const events: Array<Record<string, unknown>> = [];
     const waiters: Array<() => void> = [];
@@ -123,6 +130,12 @@ async function main(): Promise<void> {
       }
     };
     return { child, event, events };
+  };
+  /** The host's status listing (its `status` stdin command). */
+  const askStatus = async (p: Spawned): Promise<Record<string, unknown>> => {
+    const seen = p.events.length;
+    p.child.stdin!.write('status\n');
+    return p.event('status', (e) => p.events.indexOf(e) >= seen);
   };
   const kiwi = (args: string[]): Spawned => spawnNode(['electron/kiwi.ts', ...args, '--json']);
 
@@ -170,23 +183,40 @@ async function main(): Promise<void> {
     tokensPerS: number;
     msPerToken: number;
     predictedMsPerToken: number | null;
+    /** The same prediction without the per-hop term. */
+    predictedNoHopMsPerToken: number | null;
+    /** A ring: the per-hop cost beyond the one-way times the host measured in the warm-up stream (ms), priced per edge. */
+    hopMs?: number | null;
+    /** A ring: each stage's predicted ms against the host's measured mean over the timed stream. */
+    stages?: Array<{ range: string; head: boolean; predictedMs: number; measuredMs: number | null }>;
     aggregate4TokensPerS: number;
   }
-  const measure = async (label: string, url: string): Promise<Omit<Row, 'delayMs' | 'wire' | 'predictedMsPerToken'>> => {
-    await stream(url, 'warm up the caches', 8);
+  type Measured = Omit<Row, 'delayMs' | 'wire' | 'predictedMsPerToken' | 'predictedNoHopMsPerToken'> & { warmStatus?: Record<string, unknown>; timedStatus?: Record<string, unknown> };
+  /** With a ring's host: its status after the warm-up stream (the hop figure) and after the timed one (stage times). */
+  const measure = async (label: string, url: string, host?: Spawned): Promise<Measured> => {
+    // Long enough for the host's hop figure (stage-drift-monitor.ts HOP_MIN_STEPS decode steps).
+    await stream(url, 'warm up the caches', 24);
+    const warmStatus = host !== undefined ? await askStatus(host) : undefined;
     const one = await stream(url, 'Once upon a time');
+    const timedStatus = host !== undefined ? await askStatus(host) : undefined;
     const t0 = performance.now();
     const four = await Promise.all(['a', 'b', 'c', 'd'].map((p) => stream(url, `story ${p}`)));
     const wall = (performance.now() - t0) / 1000;
     const tokensPerS = ((one.tokens - 1) * 1000) / one.decodeMs;
-    return { case: label, ttftMs: one.ttftMs, tokensPerS, msPerToken: 1000 / tokensPerS, aggregate4TokensPerS: four.reduce((n, s) => n + s.tokens, 0) / wall };
+    return {
+      case: label, ttftMs: one.ttftMs, tokensPerS, msPerToken: 1000 / tokensPerS, aggregate4TokensPerS: four.reduce((n, s) => n + s.tokens, 0) / wall,
+      ...(warmStatus !== undefined ? { warmStatus } : {}), ...(timedStatus !== undefined ? { timedStatus } : {}),
+    };
   };
 
   // The planner's prediction: every device (all on this machine) at the measured block and step time.
   const block = await measureBlock(blockShapeOf(file), { threads: Number(THREADS), runs: 15 });
   const sizes = modelSizesFromGguf(file);
-  const predict = (names: string[], rtts: Array<{ a: string; b: string; rttMs: number }>): number =>
-    planFleet({ model: sizes, context: 4096, concurrency: 1, devices: names.map((name) => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs, stepMs: block.stepMs })), rtts }).circuit;
+  const device = (name: string, hopMs?: number): DeviceSpec => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs, stepMs: block.stepMs, ...(hopMs !== undefined ? { hopMs } : {}) });
+  const predict = (names: string[], rtts: Array<{ a: string; b: string; rttMs: number }>, hopMs?: number): number =>
+    planFleet({ model: sizes, context: 4096, concurrency: 1, devices: names.map((name) => device(name, hopMs)), rtts }).circuit;
+  /** Every device alike: a stage's predicted ms is the cost model's for its layers (and head). */
+  const [stageCosts] = deviceCosts({ model: sizes, context: 4096, concurrency: 1, devices: [device('x')], rtts: [] }, 'measured');
 
   /** Throughput and RTT of an encrypted WebSocket link through a delay proxy (what a session's link probe would see). */
   const probeThroughDelay = async (delayMs: number | null): Promise<{ throughputMBps: number; rttMs: number }> => {
@@ -239,8 +269,9 @@ async function main(): Promise<void> {
     const rv = kiwi(['rendezvous', '--host', '127.0.0.1', '--port', '0']);
     const rvUrl = (await rv.event('listening')).url as string;
     const host = kiwi(['host', '--model', model, '--port', '0', '--rendezvous', rvUrl, '--auto-approve', '--expect', '2', '--rendezvous-host', '127.0.0.1',
-      // The plan stays the one its prediction column is about (drift re-planning would change it mid-run).
-      '--listen', '127.0.0.1', '--replan-drift', 'off', ...hostWire, '--threads', THREADS]);
+      // The plan stays the one its prediction column is about (drift re-planning would change it mid-run);
+      // no ICE: a UDP link would go round the delay proxy (TCP).
+      '--listen', '127.0.0.1', '--no-ice', '--replan-drift', 'off', ...hostWire, '--threads', THREADS]);
     const code = (await host.event('session')).code as string;
     const members: Spawned[] = [];
     for (const name of ['m1', 'm2']) {
@@ -265,12 +296,22 @@ async function main(): Promise<void> {
   };
 
   const plannerNames = ['host', 'm1', 'm2'];
-  const predictFor = (ring: Ring): number => {
+  const predictFor = (ring: Ring, m: Measured): Pick<Row, 'predictedMsPerToken' | 'predictedNoHopMsPerToken' | 'hopMs' | 'stages'> => {
     // The host is peer 0; the members' peer numbers follow (which is m1 does not matter: all devices are alike).
     const peers = [...new Set(ring.links.flatMap((l) => [l.a, l.b]))].sort((x, y) => x - y);
     const nameOf = (p: number): string => plannerNames[peers.indexOf(p)] ?? `peer-${p}`;
-    return predict(plannerNames, ring.links.map((l) => ({ a: nameOf(l.a), b: nameOf(l.b), rttMs: l.rttMs })));
+    const rtts = ring.links.map((l) => ({ a: nameOf(l.a), b: nameOf(l.b), rttMs: l.rttMs }));
+    const hop = (m.warmStatus?.drift as { hopMs?: number | null } | undefined)?.hopMs ?? null;
+    // The host's plan (its division); each stage's measured mean over the timed stream.
+    const plan = (m.timedStatus?.plan ?? {}) as { stages?: Array<{ start: number; end: number; head: boolean }> };
+    const timing = (m.timedStatus?.timing ?? {}) as { meanHostMs?: number | null; meanStageMs?: Record<string, number> };
+    const stages = (plan.stages ?? []).map((s) => ({
+      range: `${s.start}-${s.end}`, head: s.head, predictedMs: stageCost(stageCosts!, s.end - s.start, s.head),
+      measuredMs: (s.head ? timing.meanHostMs : timing.meanStageMs?.[`${s.start}-${s.end}`]) ?? null,
+    }));
+    return { predictedMsPerToken: predict(plannerNames, rtts, hop ?? undefined), predictedNoHopMsPerToken: predict(plannerNames, rtts), hopMs: hop, stages };
   };
+  const strip = ({ warmStatus: _w, timedStatus: _t, ...row }: Measured): Omit<Measured, 'warmStatus' | 'timedStatus'> => row;
 
   const rows: Row[] = [];
   const t0 = performance.now();
@@ -278,13 +319,14 @@ async function main(): Promise<void> {
     {
       const serve = kiwi(['serve', '--model', model, '--port', '0', '--threads', THREADS]);
       const m = await measure('one process (kiwi serve)', (await serve.event('serving')).url as string);
-      rows.push({ ...m, delayMs: null, wire: '-', predictedMsPerToken: predict(['host'], []) });
+      rows.push({ ...strip(m), delayMs: null, wire: '-', predictedMsPerToken: predict(['host'], []), predictedNoHopMsPerToken: predict(['host'], []) });
       await stopAll();
     }
     const loopback = LOOPBACK_WIRES.map((w) => ({ label: `ring 3 stages, ${w}`, encoding: w.replace('+zstd', '') as ActivationEncoding, zstd: w.endsWith('+zstd') }));
     for (const c of loopback) {
       const ring = await startRing(wireArgs(c), null);
-      rows.push({ ...(await measure(c.label, ring.url)), delayMs: null, wire: wireName(c), predictedMsPerToken: predictFor(ring) });
+      const m = await measure(c.label, ring.url, ring.host);
+      rows.push({ ...strip(m), delayMs: null, wire: wireName(c), ...predictFor(ring, m) });
       await stopAll();
     }
     for (const delayMs of DELAYS_MS) {
@@ -300,8 +342,8 @@ async function main(): Promise<void> {
       ];
       for (const [label, hostWire, wire] of configs) {
         const ring = await startRing(hostWire, delayMs);
-        const m = await measure(`ring 3 stages, ${delayMs} ms, ${label}`, ring.url);
-        const row: Row = { ...m, delayMs, wire, predictedMsPerToken: predictFor(ring) };
+        const m = await measure(`ring 3 stages, ${delayMs} ms, ${label}`, ring.url, ring.host);
+        const row: Row = { ...strip(m), delayMs, wire, ...predictFor(ring, m) };
         if (label === 'auto') {
           row.wire = ring.stageWires.map((w) => w.wire).join('/');
           row.hostChoices = ring.stageWires.map((w) => ({ stage: w.name, wire: w.wire }));
@@ -339,14 +381,23 @@ async function main(): Promise<void> {
   const base = rows[0]!;
   console.log(`model ${modelId} (hidden ${hidden}), ${TOKENS} tokens per stream, ${THREADS} thread(s) per process, loopback; block ${block.blockMs.toFixed(3)} ms; load average at the end ${load}; ${wallS.toFixed(0)} s`);
   // x1proc: tok/s of one stream over one process's; 4 vs 1: four streams' aggregate over this row's one stream.
-  console.log('case                                            TTFT ms   tok/s  x1proc  ms/tok  predicted  4 streams tok/s  4 vs 1');
+  console.log('case                                            TTFT ms   tok/s  x1proc  ms/tok  predicted  ratio  no hop  hop ms  4 streams tok/s  4 vs 1');
+  const f1 = (x: number | null | undefined): string => (x == null ? '-' : x.toFixed(1));
   for (const r of rows) {
-    console.log(`${r.case.padEnd(46)} ${r.ttftMs.toFixed(1).padStart(8)} ${r.tokensPerS.toFixed(1).padStart(7)} ${(r.tokensPerS / base.tokensPerS).toFixed(2).padStart(7)} ${r.msPerToken.toFixed(1).padStart(7)} ${(r.predictedMsPerToken?.toFixed(1) ?? '-').padStart(10)} ${r.aggregate4TokensPerS.toFixed(1).padStart(16)} ${(r.aggregate4TokensPerS / r.tokensPerS).toFixed(2).padStart(7)}`);
+    const ratio = r.predictedMsPerToken !== null ? `${(r.predictedMsPerToken / r.msPerToken).toFixed(2)}x` : '-';
+    console.log(`${r.case.padEnd(46)} ${r.ttftMs.toFixed(1).padStart(8)} ${r.tokensPerS.toFixed(1).padStart(7)} ${(r.tokensPerS / base.tokensPerS).toFixed(2).padStart(7)} ${r.msPerToken.toFixed(1).padStart(7)} ${f1(r.predictedMsPerToken).padStart(10)} ${ratio.padStart(6)} ${f1(r.predictedNoHopMsPerToken).padStart(7)} ${(r.hopMs == null ? '-' : r.hopMs.toFixed(2)).padStart(7)} ${r.aggregate4TokensPerS.toFixed(1).padStart(16)} ${(r.aggregate4TokensPerS / r.tokensPerS).toFixed(2).padStart(7)}`);
+    if (r.stages !== undefined) console.log(`    stages predicted / measured ms: ${r.stages.map((s) => `[${s.range})${s.head ? '+head' : ''} ${s.predictedMs.toFixed(2)} / ${f1(s.measuredMs)}${s.measuredMs !== null ? ` (${(s.predictedMs / s.measuredMs).toFixed(2)}x)` : ''}`).join(', ')}`);
     if (r.hostChoices !== undefined) console.log(`    auto, as the host chose per link (kind + RTT): ${r.hostChoices.map((c) => `${c.stage} sends ${c.wire}`).join(', ')}`);
     for (const l of r.probeChoices ?? []) {
       console.log(`    auto with the probe, link ${l.link}: ${l.kind}, rtt ${l.rttMs.toFixed(1)} ms, ${l.throughputMBps.toFixed(1)} MB/s -> ${l.choice}`);
     }
   }
+  const errors = (xs: Array<[number | null, number | null]>): number[] => xs.filter((p): p is [number, number] => p[0] !== null && p[1] !== null && p[1] > 0).map(([p, m]) => Math.abs(p / m - 1)).sort((a, b) => a - b);
+  const mid = (xs: number[]): string => (xs.length === 0 ? '-' : `${(100 * (xs.length % 2 === 1 ? xs[(xs.length - 1) / 2]! : (xs[xs.length / 2 - 1]! + xs[xs.length / 2]!) / 2)).toFixed(0)}%`);
+  const ringErr = errors(rows.map((r) => [r.predictedMsPerToken, r.msPerToken]));
+  const noHopErr = errors(rows.map((r) => [r.predictedNoHopMsPerToken, r.msPerToken]));
+  const stageErr = errors(rows.flatMap((r) => (r.stages ?? []).map((s) => [s.predictedMs, s.measuredMs] as [number, number | null])));
+  console.log(`|predicted/measured - 1|: rings median ${mid(ringErr)} over ${ringErr.length} (without the hop term ${mid(noHopErr)}), stages median ${mid(stageErr)} over ${stageErr.length}`);
   console.log('\nframe bytes (width ' + hidden + ')   decode step   128-token prefill');
   for (const f of frames) console.log(`${f.encoding.padEnd(24)} ${String(f.decodeBytes).padStart(12)} ${String(f.prefillBytes).padStart(18)}`);
   const out = join(import.meta.dirname, 'results');

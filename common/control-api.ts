@@ -278,6 +278,8 @@ export const JoinRequest = z.strictObject({
   name: z.string().min(1).max(64).optional(),
   /** The most memory this member may use, runtime included, in MiB (`kiwi join --memory-mb`); the planner admits its layers within it. */
   memory_mb: z.number().int().min(1).max(2 ** 30).optional(),
+  /** Disk for standby layers beside this member's range, in GB (`kiwi join --standby-gb`; 0 or absent: none). */
+  standby_gb: z.number().min(0).max(1_000_000).optional(),
 });
 export type JoinRequest = z.infer<typeof JoinRequest>;
 

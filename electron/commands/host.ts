@@ -78,7 +78,7 @@ export const hostCommand = defineCommand({
     ...API_BROWSER_OPTIONS,
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once', default: '8' },
     speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding: off, auto (prompt-lookup drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8; drafts are verified in one trip round the ring (same tokens up to float rounding: drafts are checked as one chunk, whose attention sums in another order than decode steps)', default: 'off' },
-    'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept on every stage for prompts that start the same way (inside the KV budget; 0: off)', default: '256' },
+    'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept on every stage for prompts that start the same way (each stage keeps its layers\' share, planned in its memory; 0: off)', default: '256' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a slot; more get HTTP 429', default: '64' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for the host\'s own stages (default: all cores)' },
     provider: { ...PROVIDER_OPTION, description: `${PROVIDER_OPTION.description} (with --model: the host's own stages)` },

@@ -20,6 +20,7 @@ import { parseIceServers } from '../engine/transport/ice-servers.js';
 import { mappedUrl } from '../engine/transport/port-mapping.js';
 import { eventPrinter, untilStopped } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
+import { standbyBudgetBytes } from '../engine/pipeline/standby.js';
 
 export const joinCommand = defineCommand({
   name: 'join',
@@ -54,6 +55,10 @@ export const joinCommand = defineCommand({
       type: 'string', valueName: 'MB',
       description: 'The most memory this member may use, the runtime\'s own included: the host plans its layers and KV cache within it (--keep-free-mb instead watches the machine\'s free memory while running)',
     },
+    'standby-gb': {
+      type: 'string', valueName: 'GB',
+      description: 'Disk to keep standby layers in: once the ring serves, the layers next to this member\'s range (or the whole model, where it fits) are fetched in the background, so a re-plan loads them from disk instead of the network',
+    },
     'no-bench': { type: 'boolean', description: 'Do not measure this device (without --capabilities the host then plans this member with its own figures)' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graph in memory instead of using the shard cache' },
     json: { type: 'boolean', description: 'Print one JSON object per event' },
@@ -75,6 +80,7 @@ export const joinCommand = defineCommand({
     const modelPath = stringOption(ctx, 'model');
     const threadsText = stringOption(ctx, 'threads');
     const keepFreeText = stringOption(ctx, 'keep-free-mb');
+    const standbyBytes = standbyBudgetBytes(stringOption(ctx, 'standby-gb'), '--standby-gb');
     // Before anyone is contacted: an explicit --provider that cannot run fails here.
     const provider = await resolveProviderFlag(ctx, print);
     const rendezvousUrl = stringOption(ctx, 'rendezvous') ?? process.env.KIWI_RENDEZVOUS;
@@ -104,6 +110,7 @@ export const joinCommand = defineCommand({
         provider,
         ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
         shardCache: !booleanOption(ctx, 'no-shard-cache'),
+        ...(standbyBytes !== undefined ? { standby: { budgetBytes: standbyBytes } } : {}),
       },
       // `kiwi status` asks this member through a loopback control API (token in a 0600 file).
       control: true,
@@ -129,6 +136,8 @@ export const joinCommand = defineCommand({
       received_bytes: p.receivedBytes, total_bytes: p.totalBytes, bytes_per_s: p.bytesPerSecond, eta_s: p.etaSeconds, final: p.final,
     }, `weights: ${progressText({ done: p.receivedBytes, total: p.totalBytes, rate: p.bytesPerSecond, etaSeconds: p.etaSeconds, final: p.final })}`, p.final));
     ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs), ...(r.transferMs !== undefined ? { transfer_ms: Math.round(r.transferMs) } : {}) }, `ready (weights from ${r.source})`));
+    ring.on('standby', (s) => print('standby', { epoch: s.epoch, state: s.state, layers: s.layers, held_bytes: s.heldBytes, fetched_bytes: s.fetchedBytes, budget_bytes: s.budgetBytes },
+      `standby: ${s.layers.length} layers on disk (${Math.round(s.heldBytes / 2 ** 20)} MiB of ${Math.round(s.budgetBytes / 2 ** 20)} MiB)`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));
     ring.on('memory', (m) => print('memory', { low: m.low, free_bytes: m.freeBytes, memory_bytes: m.memoryBytes },
       m.low ? `free memory is low (${Math.round(m.freeBytes / 2 ** 20)} MiB): asking the host for fewer layers` : 'free memory is back: offering the full share again'));

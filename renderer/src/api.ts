@@ -91,8 +91,10 @@ export const api = {
       auto_approve: autoApprove,
     }),
   cancelDownload: () => call(SessionStatus, 'POST', '/session/download/cancel', {}),
-  join: (code: string, rendezvous: string | undefined, name?: string, memoryMb?: number) =>
-    call(SessionStatus, 'POST', '/session/join', { code, ...(rendezvous ? { rendezvous } : {}), ...(name ? { name } : {}), ...(memoryMb !== undefined ? { memory_mb: memoryMb } : {}) }),
+  join: (code: string, rendezvous: string | undefined, name?: string, memoryMb?: number, standbyGb?: number) =>
+    call(SessionStatus, 'POST', '/session/join', {
+      code, ...(rendezvous ? { rendezvous } : {}), ...(name ? { name } : {}), ...(memoryMb !== undefined ? { memory_mb: memoryMb } : {}), ...(standbyGb !== undefined ? { standby_gb: standbyGb } : {}),
+    }),
   leave: () => call(SessionStatus, 'POST', '/session/leave', {}),
   pause: (paused: boolean) => call(SessionStatus, 'POST', '/session/pause', { paused }),
   decide: (memberId: string, approve: boolean) => call(SessionStatus, 'POST', '/session/decide', { member_id: memberId, approve }),

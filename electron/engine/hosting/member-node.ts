@@ -94,9 +94,10 @@ export async function createMemberNode(opts: MemberNodeOptions): Promise<MemberN
 }
 
 /** Joining from the UI: each joined session's RingMember, its assignment and flow shown in status(). */
-export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError) => void }): (session: MemberSession, onChange: () => void) => MemberRing {
-  return (session, onChange) => {
-    const ring = new RingMember(session, opts);
+export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError) => void }): (session: MemberSession, onChange: () => void, join?: { standbyBytes?: number }) => MemberRing {
+  return (session, onChange, join) => {
+    // The join form's standby setting (standby_gb), as `kiwi join --standby-gb`.
+    const ring = new RingMember(session, { ...opts, ...(join?.standbyBytes !== undefined ? { standby: { budgetBytes: join.standbyBytes } } : {}) });
     // Errors are reported to the host by the RingMember itself; the UI's caller may also log them.
     ring.on('error', (err) => opts.onError?.(err));
     ring.on('assigned', onChange);

@@ -17,6 +17,7 @@ import { codePassword, parseSessionCode } from '../session/session-code.js';
 import { passwordScalar } from '../session/spake2.js';
 import { startControlApi, type ControlApi } from '../server/control-api.js';
 import { wrongCodeGuess } from '../test-support/wrong-code-guess.js';
+import { memberRing } from './member-node.js';
 import { SessionControl, type HostingRequest, type StartHosting } from './session-control.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -198,6 +199,31 @@ describe('control API', () => {
     expect((await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, memory_mb: 1024 })).status).toBe(200);
     const caps = await until('the member\'s capabilities at the host', async () => hosted?.status().members[0]?.capabilities, (c) => c !== undefined);
     expect(caps).toMatchObject({ memory_budget_bytes: 1024 * 2 ** 20, fleet_device: { memory_bytes: 1024 * 2 ** 20 } });
+  });
+
+  it('gives a join\'s standby disk budget to the member\'s ring, as kiwi join --standby-gb, and refuses a negative one', async () => {
+    const capture: StartHosting = async (req) => {
+      const session = await createHost({ autoApprove: true, listenHost: '127.0.0.1' });
+      return { session, model: req.model, serving: null, close: () => session.close() };
+    };
+    const host = await start(new SessionControl({ startHosting: capture }));
+    const weightsDir = await mkdtemp(join(tmpdir(), 'kiwi-standby-join-'));
+    let standby: unknown;
+    const real = memberRing({ weightsDir });
+    const member = await start(new SessionControl({
+      join: { listenHost: '127.0.0.1', name: 'erin' },
+      memberRing: (session, onChange, opts) => {
+        const ring = real(session, onChange, opts);
+        standby = opts;
+        return ring;
+      },
+    }));
+    const hosting = SessionStatus.parse(await (await call(host, 'POST', '/session/host', { model: 'tiny.gguf' })).json());
+    expect((await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, standby_gb: -1 })).status).toBe(400);
+    expect((await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, standby_gb: 2.5 })).status).toBe(200);
+    expect(standby).toEqual({ standbyBytes: 2_500_000_000 });
+    await call(member, 'POST', '/session/leave');
+    await rm(weightsDir, { recursive: true, force: true });
   });
 
   it('finds the host\'s rendezvous from its LAN announcement when the join names none', async () => {

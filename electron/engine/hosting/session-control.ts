@@ -21,6 +21,7 @@ import { MemberSession } from '../session/member.js';
 import { parseSessionCode } from '../session/session-code.js';
 import type { HostedSession, HostingRequest, MemberRing, SessionControlOptions, StartHosting, WireError } from './control-hooks.js';
 import { deviceSummary, IDLE_DEVICE, progressFraction, sessionStatus, type Joined } from './control-status.js';
+import { standbyBudgetBytes } from '../pipeline/standby.js';
 
 export class SessionControl implements ControlSource {
   private readonly events = new EventEmitter<{ event: [ControlEvent] }>();
@@ -299,9 +300,10 @@ export class SessionControl implements ControlSource {
     });
     this.wireMember(j, member);
     // A RingMember listens for the host's assignment; its progress reaches the UI as snapshots.
+    const standbyBytes = standbyBudgetBytes(j.req.standby_gb, 'a standby disk budget');
     const ring = this.opts.memberRing?.(member, () => {
       if (this.joined === j && j.member === member) this.changed();
-    });
+    }, standbyBytes !== undefined ? { standbyBytes } : {});
     j.ring = ring;
     try {
       await member.connect();

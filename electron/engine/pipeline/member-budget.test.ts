@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { isKiwiError } from '../errors.js';
 import type { ModelSizes } from '../planner/fleet.js';
-import { budgetRefusal, budgetTooSmallError, MemberBudgets, oneLayerNeed } from './member-budget.js';
+import { deviceCosts } from '../planner/cost-model.js';
+import { budgetRefusal, budgetTooSmallError, MemberBudgets, oneLayerNeed, promptCacheSizes } from './member-budget.js';
 import { HostToMemberBody, parsePipelineBody } from './ring-protocol.js';
 
 const MIB = 2 ** 20;
@@ -15,6 +16,15 @@ describe('member memory budget', () => {
     // KV: 2048 bytes × 8192 positions = 16 MiB.
     expect(oneLayerNeed(sizes, 8192)).toEqual({ runtimeMib: 162, layerMib: 5, kvMib: 16, neededMib: 183 });
     expect(oneLayerNeed(sizes, 8192, 2).kvMib).toBe(32);
+    // The block's share of the host's prompt cache (256 MiB over 4 layers) is KV it holds too.
+    expect(oneLayerNeed(promptCacheSizes(sizes, 256 * MIB), 8192)).toEqual({ runtimeMib: 162, layerMib: 5, kvMib: 80, neededMib: 247 });
+  });
+
+  it("adds each block its share of the host's prompt cache to what the planner admits (none when the cache is off)", () => {
+    expect(promptCacheSizes(sizes, 0)).toBe(sizes);
+    expect(promptCacheSizes(sizes, 256 * MIB).promptCacheBytesPerBlock).toBe(64 * MIB);
+    const blockMemory = (model: ModelSizes): number => deviceCosts({ model, context: 64, concurrency: 1, devices: [{ name: 'a', memoryBytes: 2 ** 30 }], rtts: [] }, 'memory')[0]!.blockMemoryBytes;
+    expect(blockMemory(promptCacheSizes(sizes, 256 * MIB)) - blockMemory(sizes)).toBe(64 * MIB);
   });
 
   it('refuses a budget below that, with the figure, and passes one at or above it or none at all', () => {

@@ -18,12 +18,13 @@ export function reportedBudgetBytes(capabilities: Readonly<Record<string, unknow
 
 /**
  * What one layer needs in a member process, in whole MiB (each part rounded up, so the sum is
- * never below the bytes): runtime + one block's resident bytes + its KV at `context` × `concurrency`.
+ * never below the bytes): runtime + one block's resident bytes + its KV at `context` × `concurrency`
+ * and its share of the prompt cache.
  */
 export function oneLayerNeed(sizes: ModelSizes, context: number, concurrency = 1): { runtimeMib: number; layerMib: number; kvMib: number; neededMib: number } {
   const runtimeMib = Math.ceil((sizes.stageOverheadBytes ?? 0) / MIB);
   const layerMib = Math.ceil((sizes.blockResidentBytes ?? sizes.blockBytes) / MIB);
-  const kvMib = Math.ceil((sizes.kvBytesPerTokenPerLayer * context * concurrency) / MIB);
+  const kvMib = Math.ceil((sizes.kvBytesPerTokenPerLayer * context * concurrency + (sizes.promptCacheBytesPerBlock ?? 0)) / MIB);
   return { runtimeMib, layerMib, kvMib, neededMib: runtimeMib + layerMib + kvMib };
 }
 
@@ -108,4 +109,15 @@ export class MemberBudgets {
   forget(memberId: string): void {
     this.told.delete(memberId);
   }
+}
+
+/**
+ * The model's sizes with each block's share of a prompt cache of `cacheBytes`: the host bounds the
+ * entries' bytes over all `sizes.layers` layers (runtime/prefix-cache.ts) and every stage keeps its
+ * layers' part of each entry, so a block holds at most cacheBytes / layers; the planner adds it to a
+ * stage's memory per block, and oneLayerNeed to a member's KV.
+ */
+export function promptCacheSizes(sizes: ModelSizes, cacheBytes: number): ModelSizes {
+  if (!(cacheBytes > 0)) return sizes;
+  return { ...sizes, promptCacheBytesPerBlock: Math.ceil(cacheBytes / sizes.layers) };
 }

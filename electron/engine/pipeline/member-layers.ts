@@ -32,7 +32,8 @@ export function layerSpans(file: GgufFile, spans: readonly HashedSpan[]): { laye
   return { layers, rest };
 }
 
-const tagOf = (spans: readonly HashedSpan[]): string => [...spans].sort((a, b) => a.offset - b.offset).map(spanTag).join('|');
+/** The tag of a layer made of `spans` (as the shard cache records its built file). */
+export const tagOf = (spans: readonly HashedSpan[]): string => [...spans].sort((a, b) => a.offset - b.offset).map(spanTag).join('|');
 
 /** Layer L's tag: its spans' tags (what the shard cache records for its built file). */
 export function layerTags(file: GgufFile, spans: readonly HashedSpan[]): Map<number, string> {

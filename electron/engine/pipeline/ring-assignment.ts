@@ -41,9 +41,13 @@ export interface RingPlanInput {
   members: readonly MemberView[];
   /** Memory members asked to be planned with (short of free memory), by member id. */
   memoryLimits: ReadonlyMap<string, number>;
-  /** Block times the ring measured (stage-drift-monitor.ts), by member id, the host's under '': they replace the reported ones. */
-  measuredBlockMs?: ReadonlyMap<string, number>;
+  /** Block and step times the ring measured (stage-drift-monitor.ts), by member id, the host's under '': they replace the reported ones. */
+  measuredBlockMs?: ReadonlyMap<string, { blockMs: number; stepMs: number }>;
+  /** The ring's measured cost per hop beyond the links' one-way times (stage-drift-monitor.ts hopMs), priced for every device. */
+  measuredHopMs?: number | undefined;
   serving: ServedOrder | undefined;
+  /** Layers members reported holding on disk (their stage and standby layers, standby-host.ts), by member id: planned as held. */
+  standbyHolds?: ReadonlyMap<string, readonly { start: number; end: number }[]>;
   model: ModelSizes;
   context: number;
   concurrency: number;
@@ -56,7 +60,7 @@ export interface RingPlanInput {
 
 /**
  * Plans the ring over `members` with the host first. What each device holds now (its stage in the
- * ring being served) goes in as `holds`: a re-plan keeps it where the bottleneck stays within the
+ * ring being served, and what it reported holding on disk: standby layers) goes in as `holds`: a re-plan keeps it where the bottleneck stays within the
  * planner's margin (planner/moves.ts), so less moves. Throws PLAN_INSUFFICIENT_MEMORY.
  */
 export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: RingStage[] } {
@@ -73,11 +77,12 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
   const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }> } => {
     const h = held.get(m.memberId);
-    return h !== undefined ? { holds: [h] } : {};
+    const all = [...(h !== undefined ? [h] : []), ...(input.standbyHolds?.get(m.memberId) ?? []).map((r) => ({ start: r.start, end: r.end }))];
+    return all.length > 0 ? { holds: all } : {};
   };
-  const measured = (id: string): { blockMs?: number } => {
-    const ms = input.measuredBlockMs?.get(id);
-    return ms !== undefined ? { blockMs: ms } : {};
+  const measured = (id: string): { blockMs?: number; stepMs?: number } => {
+    const m = input.measuredBlockMs?.get(id);
+    return m !== undefined ? { blockMs: m.blockMs, stepMs: m.stepMs } : {};
   };
   const { plan, stages } = planRing({
     model: input.model,
@@ -89,6 +94,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     ],
     fallback: input.hostDevice,
     links: input.links,
+    ...(input.measuredHopMs !== undefined ? { hopMs: input.measuredHopMs } : {}),
   });
   return { plan, order: stages };
 }

@@ -206,7 +206,7 @@ export class RingEngine {
    * `pos` is each request's position before this step; returns each row's last-position logits.
    */
   async step(
-    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number; from?: number | undefined }>,
+    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number; from?: number | undefined; replay?: boolean }>,
     opts: { onHiddenNorm?: (hiddenNorm: Float32Array) => void; logitsTail?: number } = {},
   ): Promise<Float32Array[]> {
     if (this.broken !== undefined) throw this.broken;
@@ -220,7 +220,9 @@ export class RingEngine {
       for (const kv of [c?.first, c?.head]) if (kv !== undefined && kv.length > r.pos) rollbackCache(kv, r.pos);
     }
     const ids = BigInt64Array.from(rows.flatMap((r) => r.tokens.map(BigInt))); // [batch, seq]
-    const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap, ...(r.from !== undefined ? { from: r.from } : {}) }));
+    const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap, ...(r.from !== undefined ? { from: r.from } : {}), ...(r.replay === true ? { replay: true as const } : {}) }));
+    // Generated tokens replayed after a re-plan: every stage computes them as decode steps (runtime/replay.ts).
+    const replay = meta[0]?.replay === true ? { replay: true } : {};
     const step = this.nextStep++;
     const started = performance.now();
     let tensor: StepTensor = { kind: 'ids', ids, dims: [batch, seq] };
@@ -228,7 +230,7 @@ export class RingEngine {
     const first = this.opts.first;
     if (first !== undefined) {
       const caches = rows.map((r) => this.cachesOf(r.id).first!);
-      const out = await this.firstLock.run(() => first.forward({ kind: 'ids', ids, batch, seq }, caches));
+      const out = await this.firstLock.run(() => first.forward({ kind: 'ids', ids, batch, seq }, caches, replay));
       if (out.kind !== 'hidden') throw new Error('the host\'s first stage returned logits');
       tensor = { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, first.shape.hidden] };
       hostMs += performance.now() - started;
@@ -292,7 +294,7 @@ export class RingEngine {
       const caches = rows.map((r) => this.cachesOf(r.id).head);
       const hiddenNorm = p.onHiddenNorm !== undefined;
       const tail = p.logitsTail;
-      const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm, ...(tail !== 1 ? { logitsTail: tail } : {}) }));
+      const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm, ...(tail !== 1 ? { logitsTail: tail } : {}), ...(p.rows[0]?.replay === true ? { replay: true } : {}) }));
       if (out.kind !== 'logits') throw new Error('the head stage returned hidden states');
       if (out.hiddenNorm !== undefined) p.onHiddenNorm?.(out.hiddenNorm);
       const v = head.shape.vocab * tail;

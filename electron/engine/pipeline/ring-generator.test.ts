@@ -68,6 +68,8 @@ interface Ring {
   member: SecureLink;
   /** Errors of the member's steps other than those of a closed link. */
   failures: unknown[];
+  /** Rows of generated tokens replayed after a re-plan (runtime/replay.ts), and their tokens. */
+  replayed: { rows: number; tokens: number };
 }
 
 /** A ring of epoch `epoch`: the host's engine and a member that runs `middle` on caches of its own. */
@@ -78,6 +80,7 @@ async function ring(epoch: number): Promise<Ring> {
   const engine = new RingEngine({ link: (peer) => (peer === 1 ? hostEnd : undefined) }, { epoch, first, head, firstPeer: 1, lastPeer: 1, wire: WIRE, receive: { tensor: 'f32', zstd: false } });
   engine.attach(1);
   const failures: unknown[] = [];
+  const replayed = { rows: 0, tokens: 0 };
   const caches = new Map<number, KvCache>();
   let queue = Promise.resolve();
   member.onMessage((bytes) => {
@@ -99,7 +102,12 @@ async function ring(epoch: number): Promise<Ring> {
           if (r.pos === 0) caches.set(r.id, middle.emptyCache(r.cap));
           return caches.get(r.id)!;
         });
-        const out = await middle.forward({ kind: 'hidden', hidden: t.hidden, batch, seq }, own);
+        const replay = rows[0]?.replay === true;
+        if (replay) {
+          replayed.rows++;
+          replayed.tokens += seq;
+        }
+        const out = await middle.forward({ kind: 'hidden', hidden: t.hidden, batch, seq }, own, { replay });
         if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
         member.send(encodeRingStep(await encodeStepFrame({ metadata: frame.metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, middle.shape.hidden] } }, WIRE)));
       })
@@ -107,7 +115,7 @@ async function ring(epoch: number): Promise<Ring> {
         if (!member.closed) failures.push(err);
       });
   });
-  return { engine, member, failures };
+  return { engine, member, failures, replayed };
 }
 
 describe('the ring generator', () => {
@@ -153,6 +161,10 @@ describe('the ring generator', () => {
     expect(faults.every((c) => c === 'RING_BROKEN')).toBe(true);
     expect(pool.freeBlocks).toBe(64);
     expect(next!.failures).toEqual([]);
+    // The tokens generated before the break were replayed as one row per request (not one step each).
+    expect(next!.replayed.rows).toBeGreaterThan(0);
+    expect(next!.replayed.rows).toBeLessThanOrEqual(PROMPTS.length);
+    expect(next!.replayed.tokens).toBeGreaterThanOrEqual(2 * next!.replayed.rows);
   });
 
   test('a held request that is aborted ends with its reason; failWaiting ends the others and refuses new ones until resume', async () => {

@@ -9,11 +9,12 @@
 // its requests. They are held, the host is told (onRingFault), and no step starts until resume()
 // hands over the next ring's engine. Then every live request rebuilds its caches there (those on
 // the old ring are gone) by the same computation that built them: its prompt as one prefill, then
-// the tokens generated so far as decode steps, batched with the other requests' steps (a decode
-// row's result does not depend on its batch). The next token follows bit for bit as if nothing
-// happened, and the client's stream simply continues. One prefill of prompt + generated tokens
-// would be quicker but is exact only up to float rounding (its attention sums in another order,
-// runtime/recompute.test.ts), which flips near-tied tokens: a stream could change mid-way.
+// the tokens generated so far (all but the last) as one replay row, which every stage computes as
+// their decode steps (runtime/replay.ts: in one pass at accuracy level 4, else one decode step per
+// token inside the stage), then the last token as a plain decode step. The next token follows bit
+// for bit as if nothing happened, and the client's stream simply continues. A plain prefill of
+// prompt + generated tokens would be exact only up to float rounding (its attention sums in
+// another order, runtime/recompute.test.ts), which flips near-tied tokens.
 import { isKiwiError, KiwiError } from '../errors.js';
 import { GenerationLoop, type LoopRequest, type StepRow } from '../runtime/generation-loop.js';
 import type { KvBlockPool } from '../runtime/kv-pool.js';
@@ -87,7 +88,7 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
 
   /**
    * Continues on a new ring: every live request is opened there and rebuilds its caches, its prompt
-   * as a prefill and then one decode step per token generated so far (see the header). Returns how
+   * as a prefill and then its generated tokens as one replay row (see the header). Returns how
    * many requests were resumed. Call after hold().
    */
   resume(engine: RingEngine, opts: { maxInFlight?: number } = {}): number {
@@ -155,11 +156,17 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   }
 
   protected runStep(rows: readonly StepRow<RingRequestState>[]): Promise<Float32Array[]> {
-    return this.engine.step(rows.map(({ request: a, tokens }) => {
+    return this.engine.step(rows.map((row) => {
+      const { request: a, tokens } = row;
       const from = a.state.seed;
       a.state.seed = undefined;
-      return { id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens, from };
+      return { id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens, from, ...(row.replay === true ? { replay: true } : {}) };
     }), rows[0]?.drafts !== undefined ? { logitsTail: rows[0].drafts.length + 1 } : {});
+  }
+
+  /** Every stage runs a replayed row as its decode steps (runtime/replay.ts): one trip round the ring. */
+  protected override replaysGenerated(): boolean {
+    return true;
   }
 
   protected override seedPrefix(a: Request, entry: number, length: number): void {

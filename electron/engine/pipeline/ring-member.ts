@@ -12,6 +12,8 @@
 // limits, the wire the link agreed, rows that fit their caches). Malformed data ends that link with an error frame,
 // a `warning`, and a `peer-fault` report so the host plans without the sender; NaN or infinite
 // activations are reported as a precision problem. Nothing a peer sends throws out of a handler.
+// With --standby-gb, standby-member.ts keeps the layers beside its range on disk after each load.
+// Over ~400 lines: the assignment, the weights, standby and the ring steps of one stage meet here.
 import { EventEmitter } from 'node:events';
 import { freeMemoryReader, watchFreeMemory, type MemoryWatch } from '../device/memory-watch.js';
 import { isKiwiError, KiwiError } from '../errors.js';
@@ -30,7 +32,9 @@ import {
   type MemberToHostBody,
 } from './ring-protocol.js';
 import { checkStepInput, malformedFault, StepError, stepFailed, type StepInput } from './ring-step-input.js';
+import { StandbyKeeper, type StandbyOptions, type StandbyStatus } from './standby-member.js';
 import { planBytes, WeightsPlans, WeightsReceipt, type WeightsSource } from './weights-receipt.js';
+import type { WeightsPlan } from './ring-protocol.js';
 
 export interface RingMemberOptions {
   /** This member's own copy of the model, if it has one (used when its fingerprint matches). */
@@ -50,6 +54,8 @@ export interface RingMemberOptions {
   /** How free memory is read (default: the provider's device) and how often. */
   readFreeBytes?: () => Promise<number>;
   memoryCheckMs?: number;
+  /** Standby layers beside its range, kept on disk within a budget (standby-member.ts; --standby-gb). */
+  standby?: StandbyOptions;
 }
 
 export interface RingMemberEvents {
@@ -62,6 +68,8 @@ export interface RingMemberEvents {
   memory: [m: { low: boolean; freeBytes: number; memoryBytes: number | null }];
   /** The host will not plan this member (its --memory-mb cannot hold one layer): the member should stop. */
   refused: [err: KiwiError];
+  /** The standby layers of the current range are on disk (or their fetch stopped on a failure: a warning came first). */
+  standby: [s: StandbyStatus];
   /** Something that did not stop the member, e.g. the model's URL failed and the host streams the weights instead. */
   warning: [err: KiwiError];
   error: [err: KiwiError];
@@ -81,6 +89,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private prefixes: PrefixKvStore | undefined;
   private queue: Promise<void> = Promise.resolve();
   private readonly weights: WeightsReceipt;
+  private readonly standby: StandbyKeeper | undefined;
+  /** Whether the open stage was loaded from this member's own copy of the model (it holds every layer). */
+  private stageLocal = false;
   private readonly plans = new WeightsPlans();
   private readonly attached = new WeakSet<SecureLink>();
   private closed = false;
@@ -106,6 +117,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       },
       warning: (err) => this.emit('warning', err),
     });
+    this.standby = opts.standby && new StandbyKeeper({ ...opts.standby, weightsDir: opts.weightsDir, ...(cache !== undefined ? { cache } : {}) }, {
+      send: (body) => this.send(body), done: (s) => this.emit('standby', s), warning: (err) => this.emit('warning', err),
+    });
     session.on('pipeline', (body) => this.onControl(body));
     session.on('pipeline-bytes', (bytes) => {
       try {
@@ -122,12 +136,13 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   }
 
   /** Statistics for status displays. */
-  status(): { epoch: number | undefined; start: number | undefined; end: number | undefined; ready: boolean; requests: number; loadFraction: number; stageMs: number | null } {
+  status(): { epoch: number | undefined; start: number | undefined; end: number | undefined; ready: boolean; requests: number; loadFraction: number; stageMs: number | null; standby?: StandbyStatus } {
     const n = this.recentStepMs.length;
     return {
       epoch: this.assignment?.epoch, start: this.assignment?.start, end: this.assignment?.end, ready: this.stage !== undefined, requests: this.caches.size,
       loadFraction: this.stage !== undefined ? 1 : this.loadFraction,
       stageMs: n === 0 ? null : this.recentStepMs.reduce((a, x) => a + x, 0) / n,
+      ...(this.standby !== undefined ? { standby: this.standby.status() } : {}),
     };
   }
 
@@ -157,6 +172,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   async close(): Promise<void> {
     this.closed = true;
     this.memoryWatch?.stop();
+    await this.standby?.pause();
     await this.queue;
     await this.stage?.dispose();
     this.stage = undefined;
@@ -188,6 +204,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       case 'budget-too-small':
         this.emit('refused', budgetTooSmallError(body));
         return;
+      case 'standby-plan':
+        this.standby?.plan(body);
+        return;
     }
   }
 
@@ -213,6 +232,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.prefixes = undefined;
     this.recentStepMs.length = 0;
     this.weights.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
+    // Standby fetches wait while the new range loads (they would share its disk and link).
+    await this.standby?.pause();
     await this.queue;
     if (this.assignment !== a) return;
     this.caches.clear();
@@ -222,11 +243,13 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions]);
     if (this.stage !== undefined && this.stageKey === key) {
       // The same layers as before: the running stage serves the new ring (only the caches went).
-      this.rangeBytes = planBytes(await this.plans.next(a.epoch));
+      const kept = await this.plans.next(a.epoch);
+      this.rangeBytes = planBytes(kept);
       this.prefixes = new PrefixKvStore(this.stage.shape.kvHeads);
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
+      if (this.assignment === a) this.standbyAfterReady(a, kept, this.stage.shape.blockCount, this.stageLocal);
       return;
     }
     const old = this.stage;
@@ -256,11 +279,20 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     }
     this.stage = stage;
     this.stageKey = key;
+    this.stageLocal = source === 'local';
     this.prefixes = new PrefixKvStore(stage.shape.kvHeads);
     const loadMs = performance.now() - t0;
     this.send({ kind: 'ready', epoch: a.epoch, source, transferredBytes, loadMs });
     this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs });
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
+    this.standbyAfterReady(a, plan, shape.blockCount, source === 'local');
+  }
+
+  /** Standby layers follow a ready stage; a member with its own copy of the model holds every layer already. */
+  private standbyAfterReady(a: Assign, plan: WeightsPlan, blockCount: number, local: boolean): void {
+    if (this.standby === undefined) return;
+    if (!local) return this.standby.ready(a, plan);
+    this.send({ kind: 'holds', ranges: [{ start: 0, end: blockCount }] });
   }
 
   /** Once assigned layers, a member with a memory reserve watches free memory. */
@@ -341,7 +373,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       }
       const stageInput: StageInput = t.kind === 'ids' ? { kind: 'ids', ids: t.ids, batch, seq } : { kind: 'hidden', hidden: t.hidden, batch, seq };
       const t0 = performance.now();
-      const out = await stage.forward(stageInput, caches);
+      const out = await stage.forward(stageInput, caches, meta.rows[0]?.replay === true ? { replay: true } : {});
       if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
       const own = firstNonFinite(out.hidden);
       if (own >= 0) throw this.numeric(a, this.session.peer ?? 0, `Layers ${a.start}-${a.end} on this member produced NaN or infinity (element ${own}) for step ${meta.step}: a precision problem (fp16 overflow?).`);

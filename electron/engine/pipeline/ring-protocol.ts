@@ -2,10 +2,12 @@
 // Control (inside the session's encrypted control link, as `{type:'pipeline', body}`):
 //   host → member: assign (ring epoch, layer range, ring neighbours, activation wire options, model
 //                  identity), weights-plan, released (a member that asked to leave is out of the ring),
-//                  budget-too-small (its --memory-mb cannot hold one layer: the figure it needs);
+//                  budget-too-small (its --memory-mb cannot hold one layer: the figure it needs),
+//                  standby-plan (layers to keep on disk beside its range, standby.ts);
 //                  and binary: weights chunks (bytes of the member's tensors when it has no copy of
 //                  the model): u8 kind = 1 | f64 LE offset in the host's GGUF | the bytes
-//   member → host: assigned, weights-request, weights-progress, ready, failed, leaving, memory
+//   member → host: assigned, weights-request, weights-progress, ready, failed, leaving, memory,
+//                  standby-request, holds (the layers it holds on disk)
 // Every re-plan starts a new ring epoch: steps and events of an older epoch are dropped on arrival.
 // Ring data (inside ring links, neighbour to neighbour), one message each:
 //   kind u8 = 1 STEP  | step frame (tensor-frame.ts): metadata {step, rows}, ids or hidden states
@@ -95,7 +97,21 @@ export const BudgetTooSmall = z.strictObject({
 }).refine((b) => b.neededMib === b.runtimeMib + b.layerMib + b.kvMib && b.budgetMib < b.neededMib, 'neededMib must be the sum of its parts and above the budget');
 export type BudgetTooSmall = z.infer<typeof BudgetTooSmall>;
 
-export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, Released, BudgetTooSmall]);
+const hashedSpan = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative(), sha256: hex64 });
+
+/**
+ * Standby layers (standby.ts): the layers beside the member's range of assignment `epoch` it may
+ * keep on disk, in the order to fetch them, each with its spans' sha256 (the token of the member's
+ * weights plan now also reads them on the host's range server).
+ */
+export const StandbyPlan = z.strictObject({
+  kind: z.literal('standby-plan'),
+  epoch,
+  layers: z.array(z.strictObject({ layer, spans: z.array(hashedSpan).max(64) })).max(4096),
+});
+export type StandbyPlan = z.infer<typeof StandbyPlan>;
+
+export const HostToMemberBody = z.discriminatedUnion('kind', [Assign, WeightsPlan, Released, BudgetTooSmall, StandbyPlan]);
 export type HostToMemberBody = z.infer<typeof HostToMemberBody>;
 
 const span = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
@@ -124,6 +140,10 @@ export const MemberToHostBody = z.discriminatedUnion('kind', [
    * shape (an fp16 stage that overflowed is honest: a precision problem to report, not evict).
    */
   z.strictObject({ kind: z.literal('peer-fault'), epoch, peer, fault: z.enum(['malformed', 'numeric']), code: z.string().max(64), message: z.string().max(1000) }),
+  /** The member keeps standby layers within this much disk (--standby-gb), beside its range of `epoch`: the host answers with a standby-plan. */
+  z.strictObject({ kind: z.literal('standby-request'), epoch, budgetBytes: z.number().int().min(0).max(2 ** 50) }),
+  /** The layers the member holds on disk now (its stage and its standby layers): the host plans with them as held. */
+  z.strictObject({ kind: z.literal('holds'), ranges: z.array(z.strictObject({ start: layer, end: layer })).max(4096) }),
 ]);
 export type MemberToHostBody = z.infer<typeof MemberToHostBody>;
 
@@ -140,8 +160,10 @@ export const RingKind = { STEP: 1, EVENT: 2 } as const;
 /**
  * A row of a step: which request, how many positions its caches hold before it, their capacity;
  * `from`: its first step, whose caches start as a copy of that prompt-cache entry's first `pos` positions.
+ * `replay`: the row's tokens were generated before a re-plan; each stage computes them as decode
+ * steps, bit for bit (runtime/replay.ts), in one pass where that is exact.
  */
-export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216), from: requestId.optional() });
+export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216), from: requestId.optional(), replay: z.literal(true).optional() });
 export type StepRow = z.infer<typeof StepRow>;
 
 export const RingEvent = z.discriminatedUnion('type', [

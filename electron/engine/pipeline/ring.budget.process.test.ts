@@ -9,7 +9,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openGguf } from '../model/gguf/gguf-reader.js';
 import { modelSizesFromGguf, RUNTIME_BASELINE_BYTES } from '../planner/model-sizes.js';
 import { isolatedCacheDir, kiwiEntry, ProcessSet, repoRoot, waitEvent } from '../test-support/processes.js';
-import { oneLayerNeed } from './member-budget.js';
+import { oneLayerNeed, promptCacheSizes } from './member-budget.js';
 
 const run = promisify(execFile);
 const procs = new ProcessSet();
@@ -27,13 +27,14 @@ describe('kiwi join --memory-mb below one layer (real host on loopback)', () => 
     const model = join(dir, 'budget.gguf');
     const shape = { name: 'budget', architecture: 'llama', blockCount: 2, embeddingLength: 256, headCount: 4, headCountKv: 4, feedForwardLength: 512, vocabSize: 320, contextLength: CONTEXT };
     await run(process.execPath, [...kiwiEntry(), 'synth', '--shape', JSON.stringify(shape), '--quant', 'q8_0', '--out', model, '--seed', '5'], { cwd: repoRoot });
-    const sizes = modelSizesFromGguf(await openGguf(model));
+    // The host's default prompt cache (256 MiB): every block holds its share too.
+    const sizes = promptCacheSizes(modelSizesFromGguf(await openGguf(model)), 256 * MIB);
     const need = oneLayerNeed(sizes, CONTEXT);
     const smallMib = RUNTIME_BASELINE_BYTES / MIB + 4;
     expect(need.neededMib).toBeGreaterThan(smallMib);
 
     // The host holds the head and one of the two blocks (with its KV), so a member must hold the other.
-    const perBlock = (sizes.blockResidentBytes ?? sizes.blockBytes) + sizes.kvBytesPerTokenPerLayer * CONTEXT;
+    const perBlock = (sizes.blockResidentBytes ?? sizes.blockBytes) + sizes.kvBytesPerTokenPerLayer * CONTEXT + (sizes.promptCacheBytesPerBlock ?? 0);
     const hostCaps = join(dir, 'capabilities-host.json');
     await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: Math.round(sizes.headResidentBytes + 1.5 * perBlock) } }));
     const rv = procs.kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json');

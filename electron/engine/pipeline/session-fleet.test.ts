@@ -29,6 +29,13 @@ describe('the session as a fleet', () => {
     expect(fleet.devices[0]).toMatchObject({ blockMs: 3, stepMs: 0 });
   });
 
+  it('keeps the fixed step part the ring measurement kept, and prices the ring\'s measured hop cost on every device', () => {
+    const caps = { fleet_device: { memory_bytes: 4 * GB, block_ms: 2, step_ms: 1 } };
+    const { fleet } = sessionFleet({ ...input([{ peer: 0, name: 'host', capabilities: caps, blockMs: 3, stepMs: 1 }, { peer: 1, name: 'ada', capabilities: caps }]), hopMs: 0.4 });
+    expect(fleet.devices.map((d) => [d.blockMs, d.stepMs, d.hopMs])).toEqual([[3, 1, 0.4], [2, 1, 0.4]]);
+    expect(sessionFleet(input([{ peer: 0, name: 'host', capabilities: caps }])).fleet.devices[0]!.hopMs).toBeUndefined();
+  });
+
   it('stands the host\'s measurement in for members that reported nothing, and makes names unique', () => {
     const { fleet, peers } = sessionFleet(
       input([

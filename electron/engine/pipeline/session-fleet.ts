@@ -21,6 +21,8 @@ export interface SessionDevice {
   addresses?: readonly string[];
   /** Its block time as the ring measured it (stage-drift-monitor.ts): replaces what it reported. */
   blockMs?: number;
+  /** With blockMs: the fixed part of a step that measurement kept (absent: 0). */
+  stepMs?: number;
 }
 
 const fleetDevice = z.object({
@@ -58,6 +60,8 @@ export interface SessionFleetInput {
   /** What stands in for a device that reported nothing (the host's own measurement). */
   fallback: Omit<DeviceSpec, 'name'>;
   links: ReadonlyArray<{ a: number; b: number; rttMs: number | undefined }>;
+  /** The ring's measured cost per hop beyond the links' one-way times (stage-drift-monitor.ts): every device's hopMs. */
+  hopMs?: number;
 }
 
 /** The fleet and, per fleet device index, the session peer it stands for. Names are made unique. */
@@ -77,8 +81,9 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       ...spec,
       ...natFromCapabilities(d.capabilities, d.addresses),
       ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}),
-      // The ring's measured block time is a stage's whole step over its blocks: no separate fixed part.
-      ...(d.blockMs !== undefined ? { blockMs: d.blockMs, stepMs: 0 } : {}),
+      // The ring's measured block time, with the fixed part of a step it kept (stage-drift-monitor.ts splitMeasured).
+      ...(d.blockMs !== undefined ? { blockMs: d.blockMs, stepMs: d.stepMs ?? 0 } : {}),
+      ...(input.hopMs !== undefined ? { hopMs: input.hopMs } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
     };
   });

@@ -34,7 +34,7 @@ import { ChangeWaits } from './change-waits.js';
 import { checkStillHere, gatherMembers, ringLinksUp, type GatherView } from './ring-gathering.js';
 import { DEFAULT_WIRE_POLICY } from './link-wire.js';
 import { SpanHashes, stageSpans } from './member-weights.js';
-import { budgetRefusedWarning, MemberBudgets } from './member-budget.js';
+import { budgetRefusedWarning, MemberBudgets, promptCacheSizes } from './member-budget.js';
 import { ReplanDriver, type ReplanHost, type ServedRing } from './replan-driver.js';
 import { assignRing, hostBlocks, hostStageReady, isRingPair, peerFaultAccepted, planSessionRing, ringLoad, ringMemberIds } from './ring-assignment.js';
 import { RingBackend } from './ring-backend.js';
@@ -49,6 +49,7 @@ import type { RingStage } from './session-fleet.js';
 import { ringTiming, type SessionHostEvents, type SessionHostOptions, type SessionHostStatus } from './session-host-api.js';
 import { withPunchFiltering } from './edge-report.js';
 import { WeightsSender } from './weights-sender.js';
+import { StandbyHost } from './standby-host.js';
 
 export type { Phase, RecoveryRecord } from './ring-phase.js';
 export type { StageStatus } from './ring-assignment.js';
@@ -71,6 +72,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private readonly budgets: MemberBudgets;
   /** Each span of the model hashed once per session, reused by every re-plan. */
   private readonly spanHashes: SpanHashes;
+  /** Members' standby layers: what they may fetch beside their range and what they hold on disk (standby-host.ts). */
+  private readonly standby: StandbyHost;
   private readonly waits = new ChangeWaits(() => this.closed);
   private readonly replans: ReplanDriver;
   /** Closed-loop planning: measured stage times against the plan's (stage-drift-monitor.ts). */
@@ -97,9 +100,17 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     private readonly opts: SessionHostOptions,
   ) {
     super();
+    // Every stage keeps its layers' share of the prompt cache: planned (and budgeted) per block.
+    this.opts = { ...opts, modelSizes: promptCacheSizes(opts.modelSizes, opts.promptCacheBytes ?? 0) };
     this.backend = new RingBackend(basename(opts.modelPath).replace(/\.gguf$/i, ''));
     this.spanHashes = new SpanHashes(opts.modelPath);
-    this.budgets = new MemberBudgets(opts.modelSizes, opts.concurrency ?? 1,
+    this.standby = new StandbyHost({
+      file: () => this.model?.file, blockCount: () => this.model?.shape.blockCount ?? 0, hash: (spans) => this.spanHashes.hash(spans), epoch: () => this.epoch,
+      serving: () => this.ringPhase.phase === 'serving', hostEnd: () => this.ring?.order[0]?.end ?? 0, http: () => this.opts.weightsHttp,
+      stageOf: (id) => this.stages.list().find((st) => st.peer === this.stages.peerOf(id) && st.peer !== 0), send: (id, body) => void this.session.sendPipeline(id, body as unknown as Record<string, unknown>),
+    });
+    for (const e of ['serving', 'recovered'] as const) this.on(e, () => void this.standby.flush().catch((err: unknown) => this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`))));
+    this.budgets = new MemberBudgets(this.opts.modelSizes, opts.concurrency ?? 1,
       async () => (await modelShapeFromGguf(await openGguf(opts.modelPath), opts.maxPositions !== undefined ? { maxPositions: opts.maxPositions } : {})).maxPositions,
       (m, r) => {
         this.session.sendPipeline(m.memberId, r as unknown as Record<string, unknown>);
@@ -125,6 +136,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       // A member that went or came back starts with its full memory again.
       if (c.type === 'member-left' || c.type === 'member-joined') {
         this.memoryLimits.delete(c.memberId);
+        this.standby.forget(c.memberId);
         this.drift.forget(c.memberId);
       }
       if (c.type === 'member-left') {
@@ -257,7 +269,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       // Filtering the last ring's punches showed (edge-report.ts) and the addresses predict each link's kind.
       .map((m) => ({ ...m, capabilities: withPunchFiltering(m.capabilities, m.peer, this.session.status()) }));
     return planSessionRing({
-      members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, serving: this.ring, model: this.opts.modelSizes, context: model.shape.maxPositions,
+      members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, measuredHopMs: this.drift.hopMs, serving: this.ring, standbyHolds: this.standby.holds, model: this.opts.modelSizes, context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1, hostName: this.opts.hostName ?? 'host', hostDevice: this.opts.hostDevice, links: this.session.status().links,
       hostCapabilities: this.session.natCapabilities,
     });
@@ -437,6 +449,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       if (peerFaultAccepted(this.ring, this.stages.peerOf(memberId), body)) {
         this.onPeerFault(body.peer, body.fault, new KiwiError(body.fault === 'malformed' ? 'RING_PEER_MALFORMED' : 'RING_PEER_NUMERIC', `${body.code}: ${body.message}`));
       }
+      return;
+    }
+    if (body.kind === 'standby-request' || body.kind === 'holds') {
+      void this.standby.onMessage(memberId, body).catch((err: unknown) => this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`)));
       return;
     }
     if (this.stages.report(memberId, body, this.epoch)) this.waits.poke();

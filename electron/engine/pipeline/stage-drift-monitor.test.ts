@@ -3,19 +3,19 @@ import { describe, expect, it } from 'vitest';
 import type { PlanJson } from '../planner/plan-json.js';
 import type { StepTiming } from './ring-engine.js';
 import type { SessionHostEvents } from './session-host-api.js';
-import { DriftMonitor, type DriftReplan } from './stage-drift-monitor.js';
+import { DriftMonitor, HOP_MIN_STEPS, hopOverheadMs, splitMeasured, type DriftReplan } from './stage-drift-monitor.js';
 import { DEFAULT_DRIFT_OPTIONS, detectionStep } from './stage-drift.js';
 
 const ORDER = [{ peer: 0, start: 0, end: 2, head: true }, { peer: 1, start: 2, end: 3, head: false }, { peer: 2, start: 3, end: 8, head: false }];
 const PLAN = { stages: [{ device: 'host', stage_ms: 2.2 }, { device: 'ada', stage_ms: 1 }, { device: 'bob', stage_ms: 0.25 }] } as unknown as PlanJson;
 
-function setup(options = DEFAULT_DRIFT_OPTIONS as typeof DEFAULT_DRIFT_OPTIONS | false) {
+function setup(options = DEFAULT_DRIFT_OPTIONS as typeof DEFAULT_DRIFT_OPTIONS | false, plan: PlanJson = PLAN) {
   const events = new EventEmitter<SessionHostEvents>();
   const requests: string[] = [];
   const replanned: DriftReplan[] = [];
   events.on('replanned', (r) => replanned.push(r));
   const monitor = new DriftMonitor(options, {
-    served: () => ({ order: ORDER, memberIds: ['id-ada', 'id-bob'], plan: PLAN, generation: 1 }),
+    served: () => ({ order: ORDER, memberIds: ['id-ada', 'id-bob'], plan, generation: 1 }),
     request: (reason) => requests.push(reason),
   }, events);
   events.emit('serving');
@@ -33,8 +33,9 @@ describe('DriftMonitor', () => {
     monitor.onStep(step());
     expect(requests).toHaveLength(1);
     expect(requests[0]).toMatch(/^drift: bob's stage \(layers 3-8\) took 5\.00 ms per step, predicted 0\.25 ms/);
-    // ms per layer: the host's 2 blocks in 2 ms, ada's 1 in 1 ms, bob's 5 in 5 ms.
-    expect(Object.fromEntries(monitor.blockMs)).toEqual({ '': 1, 'id-ada': 1, 'id-bob': 1 });
+    // ms per layer: the host's 2 blocks in 2 ms, ada's 1 in 1 ms, bob's 5 in 5 ms (this plan has no fixed step part).
+    const cost = (blockMs: number) => ({ blockMs, stepMs: 0 });
+    expect(Object.fromEntries(monitor.blockMs)).toEqual({ '': cost(1), 'id-ada': cost(1), 'id-bob': cost(1) });
     expect(monitor.status()).toMatchObject({ last: { name: 'bob', predictedMs: 0.25, measuredMs: 5 }, blockMs: { host: 1, ada: 1, bob: 1 } });
 
     // A re-plan for another reason (the drift's request folded into it) is not a drift re-plan.
@@ -72,5 +73,47 @@ describe('DriftMonitor', () => {
     for (let i = 0; i < detectionStep(DEFAULT_DRIFT_OPTIONS); i++) monitor.onStep(step());
     monitor.forget('id-bob');
     expect([...monitor.blockMs.keys()].sort()).toEqual(['', 'id-ada']);
+  });
+
+  it('feeds back each stage\'s measured time less its device\'s fixed step part over its layers, keeping that part', () => {
+    // The plan priced every stage with a 0.5 ms fixed part (the devices' probes' step_ms).
+    const plan = { stages: PLAN.stages.map((s) => ({ ...s, step_ms: 0.5 })), edges: [] } as unknown as PlanJson;
+    const { monitor, requests } = setup(DEFAULT_DRIFT_OPTIONS, plan);
+    for (let i = 0; i < detectionStep(DEFAULT_DRIFT_OPTIONS); i++) monitor.onStep(step());
+    expect(requests).toHaveLength(1);
+    // host (2 - 0.5) / 2, ada (1 - 0.5) / 1, bob (5 - 0.5) / 5: a plan pricing step + layers x block gives each its measured time back.
+    expect(Object.fromEntries(monitor.blockMs)).toEqual({ '': { blockMs: 0.75, stepMs: 0.5 }, 'id-ada': { blockMs: 0.5, stepMs: 0.5 }, 'id-bob': { blockMs: 0.9, stepMs: 0.5 } });
+    expect(monitor.status().blockMs).toEqual({ host: 0.75, ada: 0.5, bob: 0.9 });
+  });
+
+  it('splits a measured median as the plan priced it, and puts it all on the layers when it is not above the fixed part', () => {
+    expect(splitMeasured(5, 1, 4)).toEqual({ blockMs: 1, stepMs: 1 });
+    expect(splitMeasured(0.8, 1, 4)).toEqual({ blockMs: 0.2, stepMs: 0 });
+    expect(splitMeasured(3, 0, 3)).toEqual({ blockMs: 1, stepMs: 0 });
+  });
+
+  it('measures the ring\'s cost per hop beyond the edges\' one-way times from its decode steps, drift on or off', () => {
+    const edges = [{ latency_ms: 2 }, { latency_ms: 2 }, { latency_ms: 2 }];
+    const plan = { ...PLAN, edges } as unknown as PlanJson;
+    // 12 ms a step: host 2.4 + ada 1 + bob 5 + one-way 3 x (RTT 2 / 2) leaves 0.6 over 3 hops.
+    expect(hopOverheadMs(step({ ringMs: 12 }), ORDER, plan)).toBeCloseTo(0.2, 12);
+    // An edge of unknown RTT, or a stage's time missing: not told.
+    expect(hopOverheadMs(step(), ORDER, { ...PLAN, edges: [...edges.slice(1), { latency_ms: null }] } as unknown as PlanJson)).toBeUndefined();
+    expect(hopOverheadMs(step({ stageMs: { '2-3': 1 } }), ORDER, plan)).toBeUndefined();
+    for (const options of [DEFAULT_DRIFT_OPTIONS, false] as const) {
+      const { monitor } = setup(options, plan);
+      for (let i = 1; i < HOP_MIN_STEPS; i++) monitor.onStep(step({ ringMs: 12 + (i % 3 === 0 ? 0.3 : 0) }));
+      expect(monitor.hopMs).toBeUndefined();
+      // Steps of several rows or tokens are not the unit: not counted.
+      monitor.onStep(step({ ringMs: 100, rows: 2 }));
+      expect(monitor.hopMs).toBeUndefined();
+      monitor.onStep(step({ ringMs: 12 }));
+      expect(monitor.hopMs).toBeCloseTo(0.2, 12);
+      expect(monitor.status().hopMs).toBeCloseTo(0.2, 12);
+    }
+    // Noise below the one-way times reads as no overhead, never a negative cost.
+    const { monitor } = setup(false, plan);
+    for (let i = 0; i < HOP_MIN_STEPS; i++) monitor.onStep(step({ ringMs: 9 }));
+    expect(monitor.hopMs).toBe(0);
   });
 });

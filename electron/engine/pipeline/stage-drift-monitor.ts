@@ -2,20 +2,62 @@
 // of one token, the unit the planner predicts; prefills, batched steps and speculative verify steps
 // are not judged) feeds each member stage's measured compute time to
 // the drift detector (stage-drift.ts) against the plan's predicted stage_ms. When a stage drifts
-// (a member over-reported its speed, a game started, thermal throttling), the measured block
-// times of every stage with a full window (median stage ms / layers held; the host's from its own
-// first blocks) replace what devices reported in every later plan (ring-assignment.ts
-// measuredBlockMs), and a re-plan is asked for at a safe point (replan-driver.ts, as a member's
+// (a member over-reported its speed, a game started, thermal throttling), the measured costs of
+// every stage with a full window replace what devices reported in every later plan (ring-assignment.ts
+// measuredBlockMs): the stage's fixed part of a step stays the device's own (the plan's step_ms,
+// from its block probe) and the rest is its blocks, block_ms = (median stage ms - step_ms) / layers
+// (the host's from its own first blocks), so the next plan predicts that stage at its measured time
+// whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts, as a member's
 // join is: steps in flight finish, held requests carry on bit for bit). The planner re-plans only
 // when its plan changes; once it has, the host emits `replanned` with reason `drift`, the stage,
 // and predicted against measured ms. The host's own stage is measured but not judged (its time
 // mixes the embedding and the head, which the plan prices separately).
+// The same steps measure the ring's per-hop cost beyond the links' one-way times (drift on or off): a step's
+// wall time less the host's and every member's compute and the edges' one-way times (RTT / 2), over its edges;
+// the median of recent steps is the hop_ms later plans price per edge (planner/plan.ts).
 import type { EventEmitter } from 'node:events';
 import type { SessionHostEvents } from './session-host-api.js';
 import type { PlanJson } from '../planner/plan-json.js';
+import { oneWayMs } from '../planner/plan.js';
 import type { StepTiming } from './ring-engine.js';
 import type { RingStage } from './session-fleet.js';
 import { driftReason, StageDrift, windowStats, type Drift, type DriftOptions, type PlannedStage } from './stage-drift.js';
+
+/** A device's costs as the ring measured them: ms per block and the fixed part of a step kept from its probe. */
+export interface MeasuredCost {
+  blockMs: number;
+  stepMs: number;
+}
+
+/** Recent single-request decode steps whose per-hop overhead is kept (their median is hopMs). */
+export const HOP_WINDOW_STEPS = 64;
+/** Steps measured before hopMs is given (fewer: undefined). */
+export const HOP_MIN_STEPS = 8;
+
+/**
+ * The ring's cost per hop beyond the edges' one-way times in one step (ms; may be negative on noise), or
+ * undefined when it cannot be told (an edge without a known RTT, a stage's time missing, no edges).
+ */
+export function hopOverheadMs(t: StepTiming, order: readonly RingStage[], plan: PlanJson): number | undefined {
+  const edges = plan.edges ?? [];
+  if (edges.length === 0 || edges.some((e) => e.latency_ms === null)) return undefined;
+  let compute = t.hostMs;
+  for (const s of order.slice(1)) {
+    const ms = t.stageMs[`${s.start}-${s.end}`];
+    if (ms === undefined || !Number.isFinite(ms)) return undefined;
+    compute += ms;
+  }
+  const wire = edges.reduce((n, e) => n + oneWayMs({ latencyMs: e.latency_ms }), 0);
+  return (t.ringMs - compute - wire) / edges.length;
+}
+
+/**
+ * A stage's measured median split as the plan priced it: its device's fixed step part kept, the
+ * rest over its layers; when the median is not above that fixed part, all of it over the layers.
+ */
+export function splitMeasured(medianMs: number, stepMs: number, layers: number): MeasuredCost {
+  return medianMs > stepMs ? { blockMs: (medianMs - stepMs) / layers, stepMs } : { blockMs: medianMs / layers, stepMs: 0 };
+}
 
 /** What `replanned` tells: why, which stage, and its times before the re-plan. */
 export interface DriftReplan {
@@ -45,14 +87,18 @@ export interface DriftStatus {
   last: Drift | null;
   /** Block times measured in this session (ms per layer) that plans use, by device name. */
   blockMs: Record<string, number>;
+  /** The ring's measured cost per hop beyond the links' one-way times (median of recent decode steps, at least 0), or null before enough steps. */
+  hopMs?: number | null;
   /** Each member stage of the ring served: predicted ms per token and the median of its recent decode steps. */
   stages: Array<{ name: string; start: number; end: number; predictedMs: number; measuredMs: number | null; samples: number }>;
 }
 
 export class DriftMonitor {
   private readonly detector: StageDrift | undefined;
-  /** By member id ('' for the host): what replaces reported block times in plans. */
-  readonly blockMs = new Map<string, number>();
+  /** By member id ('' for the host): what replaces reported block and step times in plans. */
+  readonly blockMs = new Map<string, MeasuredCost>();
+  /** Per-hop overhead of recent decode steps (hopOverheadMs). */
+  private readonly hopSamples: number[] = [];
   private readonly names = new Map<string, string>();
   /** The host's first-block times of recent decode steps. */
   private readonly hostFirst: number[] = [];
@@ -84,13 +130,24 @@ export class DriftMonitor {
       const [start, end] = p.key.split('-').map(Number) as [number, number];
       return { name: p.name, start, end, predictedMs: p.predictedMs!, measuredMs: medianMs, samples };
     });
-    return { options: this.options, last: this.last ?? null, blockMs: this.namedBlockMs(), stages };
+    return { options: this.options, last: this.last ?? null, blockMs: this.namedBlockMs(), hopMs: this.hopMs ?? null, stages };
+  }
+
+  /** The ring's measured cost per hop beyond the links' one-way times, once HOP_MIN_STEPS steps gave one (at least 0). */
+  get hopMs(): number | undefined {
+    return this.hopSamples.length < HOP_MIN_STEPS ? undefined : Math.max(0, windowStats(this.hopSamples).median);
   }
 
   /** One completed ring step. */
   onStep(t: StepTiming): void {
     const served = this.host.served();
-    if (this.detector === undefined || served === undefined || t.rows !== 1 || t.seq !== 1) return;
+    if (served === undefined || t.rows !== 1 || t.seq !== 1) return;
+    const hop = hopOverheadMs(t, served.order, served.plan);
+    if (hop !== undefined) {
+      this.hopSamples.push(hop);
+      if (this.hopSamples.length > HOP_WINDOW_STEPS) this.hopSamples.shift();
+    }
+    if (this.detector === undefined) return;
     const window = this.detector.options.windowSteps;
     if (served.order[0]!.end > 0 && this.detector.observedSteps >= this.detector.options.cooldownSteps) {
       this.hostFirst.push(t.firstMs);
@@ -99,15 +156,17 @@ export class DriftMonitor {
     const drift = this.detector.observe(t.stageMs);
     if (drift === undefined) return;
     this.last = drift;
-    // Every stage measured over a full window: times in one unit, taken on the same steps.
+    // Every stage measured over a full window: times in one unit, taken on the same steps, each
+    // split as the plan priced it (its device's fixed part kept).
     for (const [i, s] of served.order.entries()) {
       const layers = s.end - s.start;
+      const step = served.plan.stages[i]?.step_ms ?? 0;
       if (i === 0) {
-        if (layers > 0 && this.hostFirst.length >= window) this.blockMs.set('', windowStats(this.hostFirst).median / layers);
+        if (layers > 0 && this.hostFirst.length >= window) this.blockMs.set('', splitMeasured(windowStats(this.hostFirst).median, step, layers));
         continue;
       }
       const ms = drift.medians[`${s.start}-${s.end}`];
-      if (ms !== undefined && layers > 0) this.blockMs.set(served.memberIds[i - 1]!, ms / layers);
+      if (ms !== undefined && layers > 0) this.blockMs.set(served.memberIds[i - 1]!, splitMeasured(ms, step, layers));
     }
     const reason = driftReason(drift);
     this.pending = { reason, drift, epoch: served.generation };
@@ -140,6 +199,6 @@ export class DriftMonitor {
   }
 
   private namedBlockMs(): Record<string, number> {
-    return Object.fromEntries([...this.blockMs].map(([id, ms]) => [this.names.get(id) ?? id, ms]));
+    return Object.fromEntries([...this.blockMs].map(([id, m]) => [this.names.get(id) ?? id, m.blockMs]));
   }
 }

@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +12,7 @@ import { hashSpans, PartialModel, stageSpans } from './member-weights.js';
 import { HostToMemberBody, MemberToHostBody, parsePipelineBody } from './ring-protocol.js';
 import { fetchSpans } from './span-fetch.js';
 import { startWeightsHttp, type WeightsHttpServer } from './weights-http.js';
+import { BufferPool, GrantTable, rangeServer, READ_BYTES, READS_AHEAD, tokenKey } from './weights-http-serve.js';
 
 let dir: string;
 let model: string;
@@ -203,5 +206,46 @@ describe('the weights plan naming the server', () => {
 
   it('lets a member report host-http as its source', () => {
     expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 1, source: 'host-http', transferredBytes: 5, loadMs: 1 }).kind).toBe('ready');
+  });
+});
+
+describe('the range server\'s reads', () => {
+  it('sends a range of several reads exactly, reusing READS_AHEAD buffers across responses (also after a cut one)', async () => {
+    const file = join(dir, 'reads.bin');
+    const size = 5 * READ_BYTES + 123;
+    const content = randomBytes(size);
+    await writeFile(file, content);
+    const table = new GrantTable();
+    table.set(tokenKey('reader'), [{ offset: 0, bytes: size }]);
+    const pool = new BufferPool();
+    const srv = rangeServer(file, size, table, pool);
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    const port = (srv.address() as AddressInfo).port;
+    const get = (start: number, end: number, cutAfter?: number): Promise<Buffer> => new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: '/model.gguf', headers: { authorization: 'Bearer reader', range: `bytes=${start}-${end}` } }, (res) => {
+        const parts: Buffer[] = [];
+        let got = 0;
+        res.on('data', (c: Buffer) => {
+          parts.push(c);
+          got += c.length;
+          if (cutAfter !== undefined && got >= cutAfter) req.destroy();
+        });
+        res.on('close', () => resolve(Buffer.concat(parts)));
+      });
+      req.on('error', (err) => (cutAfter !== undefined ? undefined : reject(err)));
+      req.end();
+    });
+    try {
+      const a = await get(7, size - 2);
+      expect(a.equals(content.subarray(7, size - 1))).toBe(true);
+      expect((await get(0, size - 1, READ_BYTES)).length).toBeLessThan(size);
+      const b = await get(READ_BYTES - 5, 3 * READ_BYTES + 9);
+      expect(b.equals(content.subarray(READ_BYTES - 5, 3 * READ_BYTES + 10))).toBe(true);
+      // A buffer per read would be at least 10 by now; the cut response may keep the READS_AHEAD it had.
+      expect(pool.allocated).toBeLessThanOrEqual(2 * READS_AHEAD);
+    } finally {
+      srv.closeAllConnections();
+      await new Promise((resolve) => srv.close(resolve));
+    }
   });
 });

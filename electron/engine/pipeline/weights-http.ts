@@ -16,7 +16,8 @@
 import { randomBytes } from 'node:crypto';
 import { stat } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { startModuleWorker } from '../module-worker.js';
 import { KiwiError } from '../errors.js';
 import { reachableHosts } from '../transport/addresses.js';
 import type { Span } from './member-weights.js';
@@ -133,14 +134,9 @@ async function inThread(where: Where): Promise<ServerHost> {
 
 /** The server on a worker thread; undefined when the worker cannot start (the caller serves in-thread). */
 async function onWorker(where: Where): Promise<ServerHost | undefined> {
-  const fromSource = import.meta.url.endsWith('.ts');
-  const entry = new URL(`./weights-http-worker.${fromSource ? 'ts' : 'js'}`, import.meta.url);
   let worker: Worker;
   try {
-    // Run from source (tsx, tests): the worker registers tsx's loader before importing the entry.
-    worker = fromSource
-      ? new Worker(`import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(entry.href)}); })`, { eval: true, workerData: where })
-      : new Worker(entry, { workerData: where });
+    worker = startModuleWorker(import.meta.url, 'weights-http-worker', { workerData: where });
   } catch {
     return undefined;
   }

@@ -106,6 +106,42 @@ describe('a member receiving its weights', () => {
     receipt.chunk(first.offset, data);
     await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err));
   });
+
+  it('hashes the streamed bytes as they arrive: one bad byte in a middle chunk is refused, the span is not kept, and is asked for again', async () => {
+    const weightsDir = join(dir, 'corrupt-middle');
+    const { receipt, sent } = receiptIn(weightsDir);
+    const got = receipt.obtain(assign, plan);
+    await expect.poll(() => sent.length).toBe(1);
+    const big = plan.spans.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+    expect(big.bytes).toBeGreaterThan(3 * 4096);
+    const spans = plan.spans.slice(0, plan.spans.indexOf(big));
+    stream(receipt, spans);
+    // The big span in 4 KiB chunks, its second chunk altered by one bit.
+    for (let at = 0; at < big.bytes; at += 4096) {
+      const data = bytes.slice(big.offset + at, big.offset + Math.min(at + 4096, big.bytes));
+      if (at === 4096) data[7] = (data[7]! ^ 1) & 0xff;
+      receipt.chunk(big.offset + at, data);
+    }
+    await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'WEIGHTS_TRANSFER_FAILED') && /sha256/.test((err as Error).message));
+    // A new receipt keeps the spans verified before it and asks for the bad one (and the rest) again.
+    const again = receiptIn(weightsDir);
+    const next = again.receipt.obtain(assign, plan);
+    await expect.poll(() => again.sent.length).toBe(1);
+    const request = again.sent[0];
+    if (request?.kind !== 'weights-request') throw new Error(`unexpected ${request?.kind}`);
+    expect(request.spans).toEqual(plan.spans.slice(spans.length).map((s) => ({ offset: s.offset, bytes: s.bytes })));
+    stream(again.receipt, request.spans);
+    expect(await next).toMatchObject({ source: 'host', transferredBytes: total(plan.spans.slice(spans.length)) });
+  });
+
+  it('refuses a chunk that is not the next bytes of the span being received', async () => {
+    const { receipt, sent } = receiptIn(join(dir, 'out-of-order'));
+    const got = receipt.obtain(assign, plan);
+    await expect.poll(() => sent.length).toBe(1);
+    const first = plan.spans[0] as HashedSpan;
+    receipt.chunk(first.offset + 16, bytes.slice(first.offset + 16, first.offset + 32));
+    await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'WEIGHTS_TRANSFER_FAILED') && /not the next bytes/.test((err as Error).message));
+  });
 });
 
 describe('a member receiving its weights from the host\'s HTTP range server', () => {

@@ -10,7 +10,7 @@ import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { modelFingerprint, type ShardSource } from '../runtime/shard-cache.js';
 import { builtSpans, partialCacheSource } from './member-layers.js';
-import { PartialModel, type HashedSpan } from './member-weights.js';
+import { PartialModel, type HashedSpan, type SpanWriter } from './member-weights.js';
 import { fetchSpans } from './span-fetch.js';
 import type { Assign, MemberToHostBody, WeightsPlan } from './ring-protocol.js';
 
@@ -42,6 +42,8 @@ interface Transfer {
   receivedBytes: number;
   totalBytes: number;
   lastReportedBytes: number;
+  /** The span being stored (missing[0]), hashed as its chunks arrive, and where its next chunk starts. */
+  writing: { writer: SpanWriter; at: number } | undefined;
   done: () => void;
   failed: (err: KiwiError) => void;
 }
@@ -96,7 +98,7 @@ export class WeightsReceipt {
     }
     const totalBytes = sumBytes(missing);
     await new Promise<void>((resolve, reject) => {
-      this.transfer = { partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, done: resolve, failed: reject };
+      this.transfer = { partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, writing: undefined, done: resolve, failed: reject };
       this.io.send({ kind: 'weights-request', spans: missing.map((s) => ({ offset: s.offset, bytes: s.bytes })) });
     });
     this.transfer = undefined;
@@ -151,11 +153,19 @@ export class WeightsReceipt {
 
   /** Ends the transfer in progress, if any (a re-plan): obtain() rejects with `err`. */
   cancel(err: KiwiError): void {
-    this.transfer?.failed(err);
+    const t = this.transfer;
+    if (t === undefined) return;
     this.transfer = undefined;
+    t.failed(err);
+    this.chunkQueue = this.chunkQueue.then(() => t.writing?.writer.close());
   }
 
-  /** A chunk of weights from the host; stored in arrival order, each span verified as it completes. */
+  /**
+   * A chunk of weights from the host. The host sends the spans asked for in order, each from its
+   * start: a chunk is stored through the span's writer, which hashes the bytes on their way to
+   * disk (as span-fetch.ts does), so a span is verified the moment its last chunk is written,
+   * never read back. A chunk anywhere else is refused.
+   */
   chunk(offset: number, data: Uint8Array): void {
     const t = this.transfer;
     // Chunks of a transfer that a re-plan ended may still be on their way.
@@ -163,11 +173,20 @@ export class WeightsReceipt {
     this.chunkQueue = this.chunkQueue.then(async () => {
       if (this.transfer !== t) return;
       try {
-        await t.partial.write(offset, data, t.missing);
-        t.receivedBytes += data.length;
         const span = t.missing[0];
-        if (span !== undefined && offset + data.length === span.offset + span.bytes) {
-          await t.partial.verify(span);
+        const at = t.writing?.at ?? span?.offset;
+        if (span === undefined || offset !== at || offset + data.length > span.offset + span.bytes) {
+          throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `The host sent ${data.length} bytes at ${offset}, not the next bytes of the spans asked for${span !== undefined ? ` (${at} in the span at ${span.offset} +${span.bytes})` : ''}.`);
+        }
+        t.writing ??= { writer: await t.partial.spanWriter(span), at: span.offset };
+        await t.writing.writer.write(data);
+        t.writing.at += data.length;
+        t.receivedBytes += data.length;
+        if (t.writing.at === span.offset + span.bytes) {
+          const { writer } = t.writing;
+          t.writing = undefined;
+          // Throws when the bytes do not match the host's sha256: the span is not recorded.
+          await writer.finish();
           t.missing.shift();
         }
         if (progressDue(t.receivedBytes, t.lastReportedBytes, t.missing.length === 0)) {
@@ -177,6 +196,8 @@ export class WeightsReceipt {
         if (t.missing.length === 0) t.done();
       } catch (err) {
         this.transfer = undefined;
+        await t.writing?.writer.close();
+        t.writing = undefined;
         // A disk error (full, read-only) ends the transfer and is reported to the host, not a crash.
         t.failed(isKiwiError(err) ? err : new KiwiError('WEIGHTS_TRANSFER_FAILED', `Could not store the received weights: ${(err as Error).message}`));
       }

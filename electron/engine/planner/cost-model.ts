@@ -8,7 +8,8 @@
 // of the runtime's packed form (MLAS's layout: Q4_0 6 bits a weight, not the file's 4.5), priced by
 // measured bandwidth or, better, scaled from the measured block time, which holds the device's
 // real matmul throughput. Attention's K/V reads at short positions are well under 1% of a block's
-// weights (1B: 4 KiB a position against 46 MB), so they are left out.
+// weights (1B: 4 KiB a position against 46 MB), so they are left out. A ring's circuit adds, per
+// edge, the link's RTT and the sending device's measured hop cost beyond it (plan.ts; DeviceSpec.hopMs).
 import type { DeviceSpec, Fleet } from './fleet.js';
 
 /**
@@ -24,6 +25,8 @@ export interface DeviceCost {
   head: number;
   /** Fixed cost of a stage's step whatever its blocks (ms; absent or 0 where unmeasured, and outside the time tiers). */
   step?: number;
+  /** Measured cost of a ring hop out of the device beyond the link's one-way time (ms; 0 where unmeasured and outside the time tiers). */
+  hop?: number;
   /** Memory one block needs: its weights plus its KV cache at the session's context and concurrency. */
   blockMemoryBytes: number;
   /** Extra memory of the head: embedding and output projection. */
@@ -46,8 +49,8 @@ export function chooseTier(devices: readonly DeviceSpec[]): Tier {
 /** Per-device costs in the given tier (the tier must be one chooseTier allows for these devices). */
 export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
   const { model } = fleet;
-  // Resident weights (the runtime's packed form when known) plus the KV cache of every request.
-  const blockMemoryBytes = (model.blockResidentBytes ?? model.blockBytes) + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency;
+  // Resident weights (the runtime's packed form when known) plus the KV cache of every request and the block's share of the prompt cache.
+  const blockMemoryBytes = (model.blockResidentBytes ?? model.blockBytes) + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency + (model.promptCacheBytesPerBlock ?? 0);
   const overhead = model.stageOverheadBytes ?? 0;
   const headShare = model.headBytes / model.blockBytes;
   // Bytes a token reads, in the runtime's form when known (the time tiers price reads).
@@ -60,10 +63,12 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
     let perBlock: number;
     let head: number;
     let step = 0;
+    let hop = 0;
     switch (tier) {
       case 'measured':
       case 'bandwidth': {
         step = d.stepMs ?? 0;
+        hop = d.hopMs ?? 0;
         if (d.blockMs !== undefined) {
           perBlock = d.blockMs;
           // The head is the same kind of matmul as the block's: scale the measured block time by
@@ -98,6 +103,7 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
       perBlock,
       head,
       step,
+      hop,
       blockMemoryBytes,
       headMemoryBytes: model.headResidentBytes,
       memoryBytes: d.memoryBytes - overheadBytes,

@@ -39,6 +39,11 @@ export interface ModelSizes {
   headReadBytes?: number;
   /** Memory every stage process needs besides its blocks and head (runtime baseline, scratch); absent: 0. */
   stageOverheadBytes?: number;
+  /**
+   * KV of cached prompt prefixes one block may hold (the host's --prompt-cache-mb bound, which every
+   * stage keeps its layers' share of: pipeline/member-budget.ts promptCacheSizes); absent: 0.
+   */
+  promptCacheBytesPerBlock?: number;
   /** Parameters of one block; only the FLOPS tier uses it (2 FLOPs per parameter per token). */
   blockParams?: number;
 }
@@ -67,6 +72,13 @@ export interface DeviceSpec {
   blockMs?: number;
   /** Measured fixed part of a stage's step on this device, whatever its blocks (with blockMs; absent: 0). */
   stepMs?: number;
+  /**
+   * Measured cost of one hop out of this device beyond the link's one-way time (ms per token): what a ring
+   * step spends between one stage's compute and the next's besides the wire's round trip (encode,
+   * framing, crypto, the receiver's event-loop hand-off). The ring measures it from its own steps
+   * (pipeline/stage-drift-monitor.ts); absent: 0. Priced once per ring edge out of the device.
+   */
+  hopMs?: number;
   /** Arithmetic throughput, used only when neither bandwidth nor block time is known. */
   tflops?: number;
   nat?: NatClass;
@@ -135,6 +147,7 @@ const deviceSchema = z.strictObject({
   bandwidth_gbps: positive.nullable().optional(),
   block_ms: positive.nullable().optional(),
   step_ms: z.number().finite().nonnegative().nullable().optional(),
+  hop_ms: z.number().finite().nonnegative().nullable().optional(),
   tflops: positive.nullable().optional(),
   nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
   nat_mapping: z.enum(['endpoint-independent', 'address-dependent']).nullable().optional(),
@@ -192,6 +205,7 @@ export function parseFleetFile(value: unknown): FleetFile {
     if (d.bandwidth_gbps != null) out.bandwidthGBps = d.bandwidth_gbps;
     if (d.block_ms != null) out.blockMs = d.block_ms;
     if (d.step_ms != null) out.stepMs = d.step_ms;
+    if (d.hop_ms != null) out.hopMs = d.hop_ms;
     if (d.tflops != null) out.tflops = d.tflops;
     if (d.nat != null) out.nat = d.nat;
     if (d.nat_mapping != null) out.natMapping = d.nat_mapping;

@@ -12,6 +12,8 @@ export interface StageJson {
   end: number;
   head: boolean;
   stage_ms: number | null;
+  /** Of stage_ms, the device's fixed part of a step (its probe's step_ms; 0 unmeasured, null in the memory tier). */
+  step_ms: number | null;
   memory_bytes: number;
   /** Weight bytes of the blocks the device does not hold and must fetch: fetch blocks × block_bytes. */
   fetch_bytes: number;
@@ -29,6 +31,8 @@ export interface EdgeJson {
   to: string;
   kind: EdgeKind;
   latency_ms: number | null;
+  /** The sending device's measured hop cost beyond the one-way time, part of circuit_ms (0 unmeasured; null in the memory tier). */
+  hop_ms: number | null;
   /** What the members' NATs predict the edge becomes (nat-reach.ts), measured RTT or not. */
   predicted: Reach;
 }
@@ -52,7 +56,7 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
   const timed = plan.tier !== 'memory';
   const ms = (x: number): number | null => (timed ? round(x, 3) : null);
   const stages = (d: Division): StageJson[] =>
-    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
+    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), step_ms: ms(s.step), memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
   const division = (d: Division): DivisionJson => ({
     fits: d.fits,
     bottleneck_ms: ms(d.bottleneck),
@@ -68,7 +72,7 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
     circuit_ms: ms(plan.circuit),
     utilization: round(plan.division.utilization, 4),
     fetch_bytes: plan.division.stages.reduce((n, s) => n + s.fetchBlocks * fleet.model.blockBytes, 0),
-    edges: plan.edges.map((e) => ({ from: name(e.from), to: name(e.to), kind: e.kind, latency_ms: e.latencyMs === null ? null : round(e.latencyMs, 3),
+    edges: plan.edges.map((e, i) => ({ from: name(e.from), to: name(e.to), kind: e.kind, latency_ms: e.latencyMs === null ? null : round(e.latencyMs, 3), hop_ms: ms(plan.hops[i] ?? 0),
       predicted: predictReach(fleet.devices[e.from]!, fleet.devices[e.to]!),
     })),
     baselines: { uniform: division(plan.baselines.uniform), proportional: division(plan.baselines.proportional) },

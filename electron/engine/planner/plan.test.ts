@@ -34,6 +34,50 @@ function closeTo(actual: number, expected: number): void {
   expect(Math.abs(actual - expected)).toBeLessThanOrEqual(1e-9 * Math.max(1, Math.abs(expected)));
 }
 
+describe('the per-hop term of the circuit', () => {
+  const timed = (name: string, hopMs?: number): DeviceSpec => ({ name, memoryBytes: 64 * GB, blockMs: 2, stepMs: 0.5, ...(hopMs !== undefined ? { hopMs } : {}) });
+  const rtts = [
+    { a: 'a', b: 'b', rttMs: 1 },
+    { a: 'b', b: 'c', rttMs: 1 },
+    { a: 'a', b: 'c', rttMs: 1 },
+  ];
+
+  it('adds each edge sending device\'s measured hop cost to the circuit: Σ stages + Σ RTT / 2 + Σ hops', () => {
+    const f = fleet([timed('a', 0.4), timed('b', 0.7), timed('c', 1.1)], { rtts });
+    const plan = planFleet(f);
+    const stages = plan.division.stages.reduce((n, s) => n + s.cost, 0);
+    expect(plan.edges).toHaveLength(3);
+    expect(plan.hops).toEqual(plan.edges.map((e) => [0.4, 0.7, 1.1][e.from]));
+    closeTo(plan.circuit, stages + 3 * 0.5 + 0.4 + 0.7 + 1.1);
+    const json = toPlanJson(f, plan);
+    expect(json.edges.map((e) => e.hop_ms).sort()).toEqual([0.4, 0.7, 1.1]);
+    expect(json.stages.map((s) => s.step_ms)).toEqual([0.5, 0.5, 0.5]);
+    // Without hop figures the circuit is stages + one-way times alone; the division does not change (every ring pays the same hops).
+    const bare = planFleet(fleet([timed('a'), timed('b'), timed('c')], { rtts }));
+    closeTo(bare.circuit, stages + 1.5);
+    expect(bare.division.stages.map((s) => [s.start, s.end])).toEqual(plan.division.stages.map((s) => [s.start, s.end]));
+  });
+
+  it('prices no hop for a single device (no edges) and none in the memory tier', () => {
+    const one = planFleet(fleet([timed('a', 5)]));
+    expect(one.hops).toEqual([]);
+    closeTo(one.circuit, 0.5 + 32 * 2 + 2 * (500e6 / 200e6));
+    const memory = planFleet(fleet([{ name: 'a', memoryBytes: 64 * GB, hopMs: 3 }, { name: 'b', memoryBytes: 64 * GB, hopMs: 3 }], { rtts: [{ a: 'a', b: 'b', rttMs: 1 }] }));
+    expect(memory.tier).toBe('memory');
+    expect(memory.hops).toEqual([0, 0]);
+  });
+
+  it('reads hop_ms from a fleet file', () => {
+    const file = parseFleetFile({
+      model: { name: 'm', layers: 4, block_bytes: 1000, head_bytes: 100, head_resident_bytes: 100, kv_bytes_per_token_per_layer: 1 },
+      context: 16,
+      devices: [{ name: 'a', memory_bytes: 1e9, block_ms: 1, hop_ms: 0.25 }, { name: 'b', memory_bytes: 1e9, block_ms: 1, hop_ms: null }],
+    });
+    expect(file.devices.map((d) => d.hopMs)).toEqual([0.25, undefined]);
+    expect(() => parseFleetFile({ ...JSON.parse(JSON.stringify({ model: { name: 'm', layers: 4, block_bytes: 1000, head_bytes: 100, head_resident_bytes: 100, kv_bytes_per_token_per_layer: 1 }, context: 16 })), devices: [{ name: 'a', memory_bytes: 1e9, hop_ms: -1 }] })).toThrow(/hop_ms/);
+  });
+});
+
 describe('planner', () => {
   it('plans the example fleet of the issue and prints the documented JSON shape', () => {
     const file = parseFleetFile({
@@ -56,14 +100,15 @@ describe('planner', () => {
       ['alice-4090', 0, json.stages[0]?.end, true],
       ['bob-m2', json.stages[0]?.end, 64, false],
     ]);
-    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'memory_bytes', 'fetch_bytes']);
+    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'step_ms', 'memory_bytes', 'fetch_bytes']);
     // Nothing held: every device fetches its whole range.
     expect(json.fetch_bytes).toBe(64 * 292000000);
     expect(json.edges).toEqual([
-      { from: 'alice-4090', to: 'bob-m2', kind: 'direct', latency_ms: 2.5, predicted: 'direct-udp' },
-      { from: 'bob-m2', to: 'alice-4090', kind: 'direct', latency_ms: 2.5, predicted: 'direct-udp' },
+      { from: 'alice-4090', to: 'bob-m2', kind: 'direct', latency_ms: 2.5, hop_ms: 0, predicted: 'direct-udp' },
+      { from: 'bob-m2', to: 'alice-4090', kind: 'direct', latency_ms: 2.5, hop_ms: 0, predicted: 'direct-udp' },
     ]);
-    expect(json.circuit_ms).toBeCloseTo((json.stages[0]?.stage_ms ?? 0) + (json.stages[1]?.stage_ms ?? 0) + 5, 2);
+    // Each of the two edges is crossed once, one way: half its 2.5 ms RTT.
+    expect(json.circuit_ms).toBeCloseTo((json.stages[0]?.stage_ms ?? 0) + (json.stages[1]?.stage_ms ?? 0) + 2.5, 2);
     expect(Object.keys(json.baselines.uniform)).toEqual(['fits', 'bottleneck_ms', 'utilization', 'stages']);
     expect(json.bottleneck_ms).toBeLessThanOrEqual(json.baselines.uniform.bottleneck_ms ?? Infinity);
   });

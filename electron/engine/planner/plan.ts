@@ -35,6 +35,8 @@ export interface StagePlan {
   head: boolean;
   /** Per-token cost: ms, or a relative unit in the `memory` tier. */
   cost: number;
+  /** Of cost, the device's fixed part of a step (DeviceCost.step; 0 outside the time tiers). */
+  step: number;
   memoryBytes: number;
   fits: boolean;
   /** Blocks of [start, end) the device does not hold (DeviceSpec.holds) and must fetch. */
@@ -58,8 +60,13 @@ export interface PlanResult {
   division: Division;
   /** Edges in ring order from the head (none for a single device). */
   edges: RingEdge[];
-  /** Σ stage cost + Σ known edge latency: one token's trip around the ring. */
+  /**
+   * One token's trip around the ring: Σ stage cost + Σ known edges' one-way time (half the RTT: a
+   * token crosses each edge once, one way) + Σ hop cost (each edge's sending device's).
+   */
   circuit: number;
+  /** Per edge (ring order from the head): the sending device's measured hop cost beyond the one-way time (0 unmeasured). */
+  hops: number[];
   baselines: { uniform: Division; proportional: Division };
   /** The exact bottleneck for each rotation of the anchor-first ring (null: does not fit). */
   rotations: Array<number | null>;
@@ -117,7 +124,9 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   }
   const division = evaluate(costs, chosen.chain, counts, held);
   const edges = rotate(ring.edges, chosen.r);
-  const circuit = division.stages.reduce((acc, s) => acc + s.cost, 0) + edges.reduce((acc, e) => acc + (e.latencyMs ?? 0), 0);
+  // A hop's own cost (encode, crypto, hand-off) is paid per edge by the stage that sends on it.
+  const hops = edges.map((e) => costs[e.from]?.hop ?? 0);
+  const circuit = division.stages.reduce((acc, s) => acc + s.cost, 0) + edges.reduce((acc, e, i) => acc + oneWayMs(e) + (hops[i] as number), 0);
 
   // Baselines: same ring, head on the anchor.
   const baseChain = rotate(ring.order, anchor);
@@ -138,6 +147,7 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
     division,
     edges,
     circuit,
+    hops,
     baselines: { uniform, proportional },
     rotations: solved.map((s) => (s === null ? null : s.part.bottleneck)),
   };
@@ -151,7 +161,7 @@ export function evaluate(costs: readonly DeviceCost[], chain: readonly number[],
     const c = costs[device] as DeviceCost;
     const head = i === 0;
     const memoryBytes = stageMemoryBytes(c, blocks, head);
-    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), step: c.step ?? 0, memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
     start += blocks;
     return stage;
   });
@@ -198,3 +208,12 @@ function rotate<T>(xs: readonly T[], r: number): T[] {
 }
 
 export type { Ring };
+
+/**
+ * What a token's crossing of the edge costs on the wire: half its measured RTT (0 unmeasured).
+ * Measured (bench/ring.ts, a 3-stage ring through delay proxies of 10 and 40 ms one way): ms per
+ * token = compute + 3 one-way delays, where pricing each edge at its RTT (Kafila §IV-B) predicted 1.7-1.9x.
+ */
+export function oneWayMs(e: Pick<RingEdge, 'latencyMs'>): number {
+  return (e.latencyMs ?? 0) / 2;
+}

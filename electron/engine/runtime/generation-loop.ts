@@ -1,6 +1,8 @@
 // The one generation loop, shared by the local stage chain (runtime/generation.ts BatchGenerator)
 // and the ring (pipeline/ring-generator.ts RingGenerator): admission against the KV block pool,
-// prefill one request at a time, decode the others in batches (one token per request per step),
+// prefill one request at a time in chunks of PREFILL_CHUNK_TOKENS, alternating with the others'
+// decode steps, so a long prompt holds them up for one chunk at most and a run's activations stay
+// within what the planner admits (memory-model.ts scratchBytes); decode in batches (one token per request per step),
 // accept (sample, hand on, stop on EOG / stop sequence / grammar / max tokens), finish and
 // cancellation. A backend says only how a step runs (its `runStep`) and what a request holds there.
 //
@@ -10,6 +12,7 @@
 // bad request is a programming error and fails an assertion.
 import assert from 'node:assert/strict';
 import type { KvBlockPool, KvReservation } from './kv-pool.js';
+import { PREFILL_CHUNK_TOKENS } from './memory-model.js';
 import { PrefixCache, type PrefixCacheStats } from './prefix-cache.js';
 import type { TokenConstraint } from './constrained/token-constraint.js';
 import type { Sampler } from './sampling.js';
@@ -88,6 +91,8 @@ export interface StepRow<S> {
    * logits of all drafts + 1 positions ([drafts + 1, vocab]) for the row.
    */
   drafts?: readonly number[];
+  /** Generated tokens replayed after a re-plan (all but the last): run as decode steps, in one trip (runtime/replay.ts). */
+  replay?: true;
 }
 
 /**
@@ -116,6 +121,8 @@ export interface GenerationLoopOptions {
   promptCacheBytes?: number;
   /** Speculative decoding (runtime/speculative.ts); absent: none. */
   speculation?: SpeculationHook;
+  /** Most prompt positions one prefill step runs (prefillEnd). Default PREFILL_CHUNK_TOKENS. */
+  prefillChunk?: number;
 }
 
 export abstract class GenerationLoop<S> {
@@ -123,6 +130,8 @@ export abstract class GenerationLoop<S> {
   protected readonly fresh: LoopRequest<S>[] = [];
   /** Waiting for their next decode (or replay) step. */
   protected readonly ready: LoopRequest<S>[] = [];
+  /** The last step started was a prompt's chunk: decode steps waiting go next. */
+  private chunkLast = false;
   /** No step starts (the ring is being re-planned). */
   protected holding = false;
   protected inFlight = 0;
@@ -163,6 +172,10 @@ export abstract class GenerationLoop<S> {
   }
   /** Prompt cache: entries evicted, their KV goes. */
   protected dropPrefixes(_entries: number[]): void {}
+  /** The backend runs a row of generated tokens as their decode steps in one step (runtime/replay.ts); else one step per token. */
+  protected replaysGenerated(): boolean {
+    return false;
+  }
   /** Requests the backend keeps outside `fresh` and `ready` (still live, abortable). */
   protected heldQueues(): LoopRequest<S>[][] {
     return [];
@@ -238,7 +251,9 @@ export abstract class GenerationLoop<S> {
    */
   protected pump(): void {
     while (this.inFlight < this.maxInFlight && !this.holding) {
-      const next = this.fresh.shift();
+      // A prompt in chunks lets the decode steps waiting go between two of its chunks.
+      const decodeFirst = this.chunkLast && this.ready.length > 0 && this.fresh.length > 0 && this.fresh[0]!.pos > 0;
+      const next = decodeFirst ? undefined : (this.fresh.shift() ?? this.nextReplay());
       if (next === undefined && this.inFlight > 0) {
         const target = Math.min(this.maxBatch, Math.ceil((this.ready.length + this.rowsInFlight) / this.maxInFlight));
         if (this.ready.length < target) return;
@@ -249,7 +264,11 @@ export abstract class GenerationLoop<S> {
       this.rowsInFlight += batch.length;
       for (const a of batch) a.stepping = true;
       // A prompt's prefill starts after the prefix its caches were seeded with (0 without one).
-      const rows = batch.map((a): StepRow<S> => ({ request: a, tokens: a.pos < a.p.promptIds.length ? a.p.promptIds.slice(a.pos) : [a.history[a.pos]!] }));
+      const rows = batch.map((a): StepRow<S> =>
+        a === next && replayLength(a) > 1
+          ? { request: a, tokens: a.history.slice(a.pos, -1), replay: true }
+          : { request: a, tokens: a.pos < a.p.promptIds.length ? a.p.promptIds.slice(a.pos, prefillEnd(a.pos, a.p.promptIds.length, this.loopOptions.prefillChunk)) : [a.history[a.pos]!] });
+      this.chunkLast = next !== undefined && next.pos < next.p.promptIds.length;
       // Drafts ride on a step of one row only: several rows are a batch, which the stages run one token each.
       const spec = this.loopOptions.speculation;
       if (spec !== undefined && rows.length === 1) addDrafts(rows[0]!, spec);
@@ -263,6 +282,8 @@ export abstract class GenerationLoop<S> {
             a.pos += tokens.length;
             try {
               if (a.p.signal?.aborted === true) this.finish(a, a.p.signal.reason);
+              // More of its prompt to prefill: its next chunk goes first among the prefills.
+              else if (a.pos < a.p.promptIds.length) this.fresh.unshift(a);
               // Still replaying tokens it had already generated: their logits were used the first time.
               else if (a.pos < a.history.length) this.ready.push(a);
               else if (drafts !== undefined) this.settle(a, spec!.verify(a, logits[i]!, drafts, stepMs));
@@ -281,6 +302,13 @@ export abstract class GenerationLoop<S> {
         },
       );
     }
+  }
+
+  /** A request resumed after a re-plan with generated tokens to replay: it goes alone, as a prefill does. */
+  private nextReplay(): LoopRequest<S> | undefined {
+    if (!this.replaysGenerated()) return undefined;
+    const i = this.ready.findIndex((a) => replayLength(a) > 1);
+    return i < 0 ? undefined : this.ready.splice(i, 1)[0];
   }
 
   private stepEnded(batch: readonly LoopRequest<S>[]): void {
@@ -378,6 +406,24 @@ export function sampleNext(a: LoopRequest<unknown>, logits: Float32Array, draft?
   if (constraint?.finished === true) return 'stop';
   if (a.ids.length >= a.maxTokens) return 'length';
   return undefined;
+}
+
+/**
+ * Where a prefill step from `pos` ends: PREFILL_CHUNK_TOKENS on, or the prompt's end. A chunk never
+ * leaves one token alone for the last step: a step of two or more positions on top of a cache gives
+ * the bits of one whole prefill wherever the cut falls, a one-token step does not
+ * (prefix-cache.exact.test.ts), so chunked and whole prefills sample the same tokens.
+ */
+export function prefillEnd(pos: number, promptLength: number, chunk = PREFILL_CHUNK_TOKENS): number {
+  assert(chunk >= 2, `a prefill chunk has at least 2 positions, got ${chunk}`);
+  const left = promptLength - pos;
+  if (left <= chunk) return promptLength;
+  return left - chunk === 1 ? pos + chunk - 1 : pos + chunk;
+}
+
+/** Generated tokens whose caches a resumed request still rebuilds, the last one's step excluded (it samples). */
+function replayLength(a: LoopRequest<unknown>): number {
+  return a.pos < a.p.promptIds.length ? 0 : a.history.length - 1 - a.pos;
 }
 
 /** Adds the hook's drafts to a decode row (not to a prefill or to the replay of generated tokens). */

@@ -22,6 +22,8 @@ export interface BatchGeneratorOptions {
   speculative?: SpeculativeMode;
   /** Its drafter; default prompt lookup. */
   drafter?: Drafter;
+  /** Most prompt positions one prefill step runs (generation-loop.ts prefillEnd); default 128. */
+  prefillChunk?: number;
 }
 
 /**

@@ -114,8 +114,13 @@ export function stageResidentBytes(
   return { weights, embedding, kv, scratch, total: weights + embedding + kv + scratch };
 }
 
+/**
+ * Positions a prompt's prefill runs at most in one step (generation-loop.ts cuts longer prompts into
+ * chunks of this size), so a run's activations are bounded whatever the prompt's length.
+ */
+export const PREFILL_CHUNK_TOKENS = 128;
+
 /** Activations of a run: a few hidden-sized buffers per position of a prefill chunk, plus the logits. */
 export function scratchBytes(shape: Pick<DecoderShape, 'hidden' | 'vocab'>, head: boolean): number {
-  const chunk = 128;
-  return chunk * shape.hidden * 4 * 16 + (head ? shape.vocab * 4 * 2 : 0);
+  return PREFILL_CHUNK_TOKENS * shape.hidden * 4 * 16 + (head ? shape.vocab * 4 * 2 : 0);
 }

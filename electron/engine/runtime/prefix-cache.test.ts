@@ -3,6 +3,8 @@
 import { describe, expect, test } from 'vitest';
 import { KvBlockPool } from './kv-pool.js';
 import { PrefixCache } from './prefix-cache.js';
+import { PrefixKvStore } from './prefix-cache-kv.js';
+import type { KvCache } from './stage.js';
 
 const seq = (from: number, n: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
@@ -90,3 +92,43 @@ describe('PrefixCache', () => {
     expect(cache.stats().entries).toBe(0);
   });
 });
+
+describe('the prompt cache in planned memory', () => {
+  // 8 layers, 2 KV heads of 8 dims: 128 bytes per position per layer (f32 K and V).
+  const layers = 8;
+  const kvBytesPerTokenPerLayer = 2 * 2 * 8 * 4;
+
+  test("a stage's copies of the entries, the cache full, never exceed its blocks' shares", () => {
+    // Entries are counted over all 8 layers (the host's pool); a member holding layers 2-5 keeps its part of each.
+    const bound = 200_000;
+    const pool = new KvBlockPool(64, 16, layers * kvBytesPerTokenPerLayer);
+    const kvHeads = 2;
+    const memberLayers = 3;
+    const store = new PrefixKvStore(kvHeads);
+    const cache = new PrefixCache(pool, bound, (ids) => store.drop(ids));
+    const held = new Map<number, number>();
+    const heldBytes = (): number => [...held].reduce((a, [id, bytes]) => a + (store.has(id) ? bytes : 0), 0);
+    let worst = 0;
+    for (let i = 0; i < 30; i++) {
+      const prompt = seq(1000 * (i + 1), 20 + ((i * 7) % 40));
+      const entry = cache.store(prompt);
+      if (entry === undefined) continue;
+      // The member's part: its layers' K and V of the prompt's positions, as the ring's `keep` copies them.
+      const c = cacheWith(memberLayers, kvHeads, prompt.length);
+      store.keep(entry, [c], prompt.length);
+      held.set(entry, memberLayers * prompt.length * kvBytesPerTokenPerLayer);
+      worst = Math.max(worst, heldBytes());
+    }
+    expect(cache.stats().evictions).toBeGreaterThan(0);
+    expect(worst).toBeGreaterThan(0);
+    // Its layers' share of the bound, what the planner admits per block (pipeline/member-budget.ts promptCacheSizes).
+    expect(worst).toBeLessThanOrEqual((memberLayers * bound) / layers);
+  });
+});
+
+/** A cache of `length` positions over `layers` layers whose arrays hold exactly those positions. */
+function cacheWith(layers: number, kvHeads: number, length: number): KvCache {
+  const headDim = 8;
+  const arrays = (): Float32Array[] => Array.from({ length: layers }, () => new Float32Array(kvHeads * length * headDim));
+  return { length, capacity: length, allocated: length, keys: arrays(), values: arrays() };
+}

@@ -17,6 +17,11 @@
 // cached prefix never makes a request wait or fail. Entries are never stored while requests wait
 // for blocks. An entry is pinned while a request copies from it (in a ring, until its first step
 // has been through every stage), and is not evicted then.
+//
+// Every stage process keeps its layers' part of each entry (prefix-cache-kv.ts), so the bound is
+// planned memory: the entries' bytes are counted over all the ring's layers (the pool's
+// bytesPerToken), so a block's share is at most maxBytes / layers, which the planner admits per
+// block (pipeline/member-budget.ts promptCacheSizes: a member's --memory-mb covers its copies too).
 import type { KvBlockPool, KvReservation } from './kv-pool.js';
 
 /** A hit: copy the first `length` positions of entry `entry`, then prefill the prompt from there. */

@@ -11,8 +11,9 @@
 // tag (default: the GGUF's mtime; a member's partial model: the sha256 of the layer's span), so a
 // changed source rebuilds and a layer received again with the same bytes is still reused.
 import { createHash } from 'node:crypto';
-import { closeSync, ftruncateSync, openSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
@@ -56,6 +57,12 @@ export interface ShardBuild {
   place: NonNullable<GraphBuilderOptions['place']>;
   /** Layer L's built file is usable: add it hollow (stage-weights.ts hollowLayer), its bytes are not read. */
   reused(L: number): boolean;
+  /**
+   * Resolves once the layers before the one being placed are on disk: a maker that awaits it after
+   * each layer keeps about one layer's built bytes in flight however slow the disk (the writes run
+   * while the next layer is converted).
+   */
+  flush(): Promise<void>;
 }
 
 /**
@@ -107,46 +114,68 @@ async function readJson<T>(path: string): Promise<T | undefined> {
 
 const sizeOf = async (path: string): Promise<number | undefined> => (await stat(path).catch(() => undefined))?.size;
 
-/** Writes `bytes` at `offset` through `fd`, all of them. */
-function writeAt(fd: number, bytes: Uint8Array, offset: number): void {
-  for (let done = 0; done < bytes.byteLength; ) done += writeSync(fd, bytes, done, bytes.byteLength - done, offset + done);
+/** Writes `bytes` at `offset` through `fh`, all of them. */
+async function writeAt(fh: FileHandle, bytes: Uint8Array, offset: number): Promise<void> {
+  for (let done = 0; done < bytes.byteLength; ) done += (await fh.write(bytes, done, bytes.byteLength - done, offset + done)).bytesWritten;
 }
 
-/** One external-data file being written aside (`tmp`), renamed to `final` when complete. */
+/**
+ * One external-data file being written aside (`tmp`), renamed to `final` when complete. Writes
+ * are queued in order and run on libuv's threads, so the next layer is converted while this one
+ * is written; `done()` resolves once everything queued (and the close) is on disk, or rejects
+ * with the first failure.
+ */
 class ExternalFile {
-  private fd: number | undefined;
+  private fh: Promise<FileHandle> | undefined;
+  private queue: Promise<void> = Promise.resolve();
   private closed = false;
   end = 0;
 
   constructor(readonly tmp: string, readonly name: string) {}
 
+  private then(step: (fh: FileHandle) => Promise<void>): void {
+    if (this.fh === undefined) {
+      this.fh = open(this.tmp, 'w');
+      this.fh.catch(() => undefined); // a failed open is reported by the step that awaits it (done())
+    }
+    const fh = this.fh;
+    this.queue = this.queue.then(async () => step(await fh));
+    this.queue.catch(() => undefined); // reported by done()
+  }
+
   append(bytes: Uint8Array): { offset: number; length: number } {
     if (this.closed) throw new Error(`${this.name}: written after it was complete (layers out of order)`);
-    this.fd ??= openSync(this.tmp, 'w');
     const offset = alignExternal(this.end);
-    writeAt(this.fd, bytes, offset);
+    this.then((fh) => writeAt(fh, bytes, offset));
     this.end = offset + bytes.byteLength;
     return { offset, length: bytes.byteLength };
   }
 
   writeAt(bytes: Uint8Array, offset: number): void {
-    this.fd ??= openSync(this.tmp, 'w');
-    writeAt(this.fd, bytes, offset);
+    this.then((fh) => writeAt(fh, bytes, offset));
   }
 
-  /** Closes the file (created empty when nothing was written), `size` long. */
+  /** Closes the file (created empty when nothing was written), `size` long, once the writes queued are done. */
   close(size = this.end): void {
     if (this.closed) return;
     this.closed = true;
-    this.fd ??= openSync(this.tmp, 'w');
-    ftruncateSync(this.fd, size);
-    closeSync(this.fd);
-    this.fd = undefined;
+    this.then(async (fh) => {
+      await fh.truncate(size);
+      await fh.close();
+    });
   }
 
-  abandon(): void {
-    if (this.fd !== undefined) closeSync(this.fd);
-    this.fd = undefined;
+  get complete(): boolean {
+    return this.closed;
+  }
+
+  done(): Promise<void> {
+    return this.queue;
+  }
+
+  async abandon(): Promise<void> {
+    await this.queue.catch(() => undefined);
+    await (await this.fh?.catch(() => undefined))?.close().catch(() => undefined);
   }
 }
 
@@ -240,14 +269,17 @@ export class ShardCache {
     // What to remove should the build fail: the range's files, then each file begun.
     const tmps = [range.tmp, ...['onnx', 'json'].map((ext) => join(dir, `${name}.${ext}${suffix}`))];
     const shared = new Map<string, number>();
+    const sharing = new Map<string, Promise<void>>();
     // Content-addressed: the file's name is its bytes' sha256, so an existing one of that size is these bytes.
     const shareFile = (bytes: Uint8Array): ExternalRef => {
       const file = `shared-${createHash('sha256').update(bytes).digest('hex').slice(0, 40)}.bin`;
       const path = join(dir, file);
-      if (statSync(path, { throwIfNoEntry: false })?.size !== bytes.byteLength) {
+      if (statSync(path, { throwIfNoEntry: false })?.size !== bytes.byteLength && !sharing.has(file)) {
+        // Written on libuv's threads while the build goes on (the head is hundreds of MB); the build awaits it.
         tmps.push(`${path}${suffix}`);
-        writeFileSync(`${path}${suffix}`, bytes);
-        renameSync(`${path}${suffix}`, path);
+        const written = writeFile(`${path}${suffix}`, bytes).then(() => rename(`${path}${suffix}`, path));
+        written.catch(() => undefined); // awaited below
+        sharing.set(file, written);
       }
       shared.set(file, bytes.byteLength);
       return { location: file, offset: 0, length: bytes.byteLength };
@@ -283,7 +315,10 @@ export class ShardCache {
       return { location: layer.file.name, ...at };
     };
     try {
-      const graph = await make({ place, reused: (L) => reused.has(L) });
+      const flush = async (): Promise<void> => {
+        await Promise.all([...layers.values()].filter((l) => l.file.complete).map((l) => l.file.done()));
+      };
+      const graph = await make({ place, reused: (L) => reused.has(L), flush });
       // A graph built in memory (store): its initializers go where a streamed build puts them.
       for (const init of graph.initializers) {
         if (init.spilled !== undefined) continue;
@@ -293,9 +328,12 @@ export class ShardCache {
       const encoded = encodeModel(graph, { externalDataFile: range.name });
       for (const { offset, bytes } of encoded.external) range.writeAt(bytes, offset);
       range.close(encoded.externalBytes);
+      await range.done();
+      await Promise.all(sharing.values());
       if (encoded.externalBytes === 0) await rm(range.tmp, { force: true });
       for (const { file, manifest } of layers.values()) {
         file.close();
+        await file.done();
         await writeFile(`${file.tmp}.json`, JSON.stringify(manifest));
       }
       const manifest: RangeManifest = {
@@ -322,8 +360,8 @@ export class ShardCache {
       await rename(tmps[1]!, join(dir, `${name}.onnx`));
       await rename(tmps[2]!, join(dir, `${name}.json`));
     } catch (err) {
-      range.abandon();
-      for (const { file } of layers.values()) file.abandon();
+      await Promise.all([range, ...[...layers.values()].map((l) => l.file)].map((f) => f.abandon()));
+      await Promise.allSettled(sharing.values());
       await Promise.all(tmps.map((p) => rm(p, { force: true })));
       throw err;
     }

@@ -28,6 +28,11 @@ export class StageChain {
     return this.stages[this.stages.length - 1]!.verifies;
   }
 
+  /** Every stage can replay generated tokens in one pass (runtime/replay.ts). */
+  get replays(): boolean {
+    return this.stages.every((s) => s.replays);
+  }
+
   get maxPositions(): number {
     return Math.min(...this.stages.map((s) => s.shape.maxPositions));
   }
@@ -47,7 +52,7 @@ export class StageChain {
    * (batched decode). Returns the logits of each row's last position, [vocab] each; `logitsTail`
    * (one row, speculative verification) asks for its last `logitsTail` positions, [logitsTail, vocab].
    */
-  async step(rows: ReadonlyArray<{ tokens: readonly number[]; caches: RequestCaches }>, opts: { logitsTail?: number } = {}): Promise<Float32Array[]> {
+  async step(rows: ReadonlyArray<{ tokens: readonly number[]; caches: RequestCaches }>, opts: { logitsTail?: number; replay?: boolean } = {}): Promise<Float32Array[]> {
     const batch = rows.length;
     const seq = rows[0]?.tokens.length ?? 0;
     const tail = opts.logitsTail ?? 1;
@@ -62,7 +67,7 @@ export class StageChain {
       const out = await stage.forward(
         input,
         rows.map((r) => r.caches[s]!),
-        stage.plan.head && tail !== 1 ? { logitsTail: tail } : {},
+        { ...(stage.plan.head && tail !== 1 ? { logitsTail: tail } : {}), ...(opts.replay === true ? { replay: true } : {}) },
       );
       if (out.kind === 'logits') {
         const v = this.vocab * tail;

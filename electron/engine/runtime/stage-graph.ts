@@ -4,7 +4,7 @@
 // dequantized on demand, so the table stays compact). Pure: takes the decoder shape and
 // already-converted weights, returns a GraphBuilder. Read the forward pass top to bottom.
 import { GraphBuilder, MS_DOMAIN, f32Bytes } from '../ort/onnx-graph.js';
-import type { ElemType, GraphBuilderOptions } from '../ort/onnx-graph.js';
+import type { AttrValue, ElemType, GraphBuilderOptions } from '../ort/onnx-graph.js';
 import { f32ToF16Bits } from '../model/gguf/quant/half.js';
 import { ropeCaches } from './rope.js';
 import { linearToF32 } from './weights/repack.js';
@@ -83,6 +83,11 @@ export interface StageGraphOptions {
    * then encodes it). Default fp32; stagePrecisionFor() picks per execution provider.
    */
   precision?: StagePrecision;
+  /**
+   * Add the replay inputs (runtime/replay.ts): a row of generated tokens then runs as their decode
+   * steps in one pass. Every run must feed them (replayFeeds). Default off; Stage.open builds with them.
+   */
+  replayInputs?: boolean;
 }
 
 export type StagePrecision = 'fp32' | 'fp16';
@@ -99,6 +104,8 @@ export function stagePrecisionFor(provider: 'cuda' | 'dml' | 'cpu'): StagePrecis
 /** ONNX TensorProto data types for Cast's `to`. */
 const ONNX_FLOAT = 1;
 const ONNX_FLOAT16 = 10;
+const ONNX_INT64 = 7;
+const ONNX_BOOL = 9;
 
 /** IEEE half bytes (little endian) of `a`, rounded to nearest. */
 export function f16Bytes(a: Float32Array): Uint8Array {
@@ -120,6 +127,10 @@ export const IO = {
   logits: 'logits', // [batch, tail, vocab] f32: the last `tail` positions (default 1)
   logitsFrom: 'logits_from', // [1] int64, the head's: -tail (-1: the last position; speculative verification asks for k+1)
   hiddenNorm: 'hidden_norm', // [batch, seq, hidden] f32: the head's final norm of every position (embeddings), fetched only on request
+  // Replay (runtime/replay.ts): one row of `seq` tokens whose attention runs as `seq` decode rows.
+  replay: 'replay', // [1] int32: 1 = replay the row's positions as decode steps, 0 = a plain step
+  replaySeqlensK: 'replay_seqlens_k', // [rows] int32: each replayed position's own total length - 1 ([0] in a plain step)
+  replayTotal: 'replay_total', // [] int32: the row's total length after the step (1 in a plain step)
 } as const;
 
 /**
@@ -171,6 +182,7 @@ export function stageGraphBuilder(
   if (fp16) x = g.op('Cast', [x], { attrs: { to: ONNX_FLOAT16 }, hint: 'hidden_in_f16' }); // the wire stays f32
   const seqlensK = g.input(IO.seqlensK, 'int32', ['batch']);
   const totalSeqLen = g.input(IO.totalSeqLen, 'int32', []);
+  const replay = opts.replayInputs === true ? replayInputs(g) : undefined;
   const rope = ropeCaches(shape.rope, shape.maxPositions, headDim / 2);
   const cos = g.initializer('rope_cos', ft, [shape.maxPositions, headDim / 2], fb(rope.cos));
   const sin = g.initializer('rope_sin', ft, [shape.maxPositions, headDim / 2], fb(rope.sin));
@@ -237,21 +249,23 @@ export function stageGraphBuilder(
     const pastK = g.input(IO.pastKey(L), ft, ['batch', kvHeads, 'past', headDim]);
     const pastV = g.input(IO.pastValue(L), ft, ['batch', kvHeads, 'past', headDim]);
     // GQA applies rope to q and k (positions from seqlens_k), appends k/v to the cache, attends causally.
+    const gqaAttrs = {
+      num_heads: heads,
+      kv_num_heads: kvHeads,
+      do_rotary: 1,
+      rotary_interleaved: shape.ropeInterleaved ? 1 : 0,
+      scale: { float: 1 / Math.sqrt(shape.headDim) }, // the real head size, not the padded one
+    };
     const [attn] = g.node('GroupQueryAttention', [q, k, v, pastK, pastV, seqlensK, totalSeqLen, cos, sin], {
       domain: MS_DOMAIN,
-      attrs: {
-        num_heads: heads,
-        kv_num_heads: kvHeads,
-        do_rotary: 1,
-        rotary_interleaved: shape.ropeInterleaved ? 1 : 0,
-        scale: { float: 1 / Math.sqrt(shape.headDim) }, // the real head size, not the padded one
-      },
+      attrs: gqaAttrs,
       outputs: [`${p}.attn`, IO.presentKey(L), IO.presentValue(L)],
       hint: `${p}.gqa`,
     }); // attn [batch, seq, heads*headDim]; present [batch, kvHeads, total, headDim]
     g.output(IO.presentKey(L), ft, ['batch', kvHeads, 'total', headDim]);
     g.output(IO.presentValue(L), ft, ['batch', kvHeads, 'total', headDim]);
-    branch = linear(attn as string, padColumns(lw.o, heads, shape.headDim, headDim), `${p}.attn_output`); // [batch, seq, hidden]
+    const replayed = replay === undefined ? (attn as string) : replayAttention(g, replay, { q, k, v, attn: attn as string, presentK: IO.presentKey(L), presentV: IO.presentValue(L), cos, sin }, { heads, kvHeads, headDim, attrs: gqaAttrs, name: p });
+    branch = linear(replayed, padColumns(lw.o, heads, shape.headDim, headDim), `${p}.attn_output`); // [batch, seq, hidden]
     // --- feed-forward (SwiGLU) ---
     const hn = rmsNorm(lw.ffnNorm, `${p}.ffn_norm`); // [batch, seq, hidden]
     const gate = linear(hn, lw.gate, `${p}.ffn_gate`); // [batch, seq, ffn]
@@ -353,4 +367,58 @@ function castIf(g: GraphBuilder, t: string, fp16: boolean): string {
 /** Names a computed value as a graph output (Identity keeps the builder's naming simple). */
 function nameOutput(g: GraphBuilder, value: string, outputName: string): void {
   g.op('Identity', [value], { output: outputName });
+}
+
+/** The replay inputs, as values: `flag` is a [1] bool. */
+interface ReplayValues {
+  flag: string;
+  seqlensK: string;
+  total: string;
+  rows: string; // [1] int64: the number of replayed positions
+  total64: string; // [1] int64
+}
+
+/** The replay inputs (every run feeds them: onnxruntime-node drops feeds of inputs with defaults). */
+function replayInputs(g: GraphBuilder): ReplayValues {
+  const flag = g.op('Cast', [g.input(IO.replay, 'int32', [1])], { attrs: { to: ONNX_BOOL }, hint: 'replay_flag' });
+  const seqlensK = g.input(IO.replaySeqlensK, 'int32', ['replay_rows']);
+  const total = g.input(IO.replayTotal, 'int32', []);
+  const rows = g.op('Shape', [seqlensK], { hint: 'replay_rows' });
+  const total64 = g.op('Reshape', [g.op('Cast', [total], { attrs: { to: ONNX_INT64 } }), g.int64s('replay_total_shape', [1])], { hint: 'replay_total64' });
+  return { flag, seqlensK, total, rows, total64 };
+}
+
+/**
+ * A replay's attention: a stage's GroupQueryAttention runs a row of n positions as one causal
+ * pass, which sums in another order than n one-token steps (bench/replay-ops.ts: the attention
+ * output differs, the K/V it writes do not). Here the same n positions run again as n rows of one
+ * token each, row j over the cache (just written, so it holds every position) up to its own
+ * position: the kernel path of a decode step, so its output is that step's, bit for bit. In a
+ * plain step (`replay` 0) this is one row over one position, and the first attention's output is
+ * used. [batch, seq, heads*headDim] -> same.
+ */
+function replayAttention(
+  g: GraphBuilder,
+  r: ReplayValues,
+  t: { q: string; k: string; v: string; attn: string; presentK: string; presentV: string; cos: string; sin: string },
+  d: { heads: number; kvHeads: number; headDim: number; attrs: Record<string, AttrValue>; name: string },
+): string {
+  const zero = g.int64s(`${d.name}.replay_zero`, [0]);
+  const axis0 = g.int64s(`${d.name}.replay_axis0`, [0]);
+  // [batch, seq, h*headDim] -> [rows, 1, h*headDim] (the first `rows` positions)
+  const asRows = (x: string, h: number, name: string): string =>
+    g.op('Slice', [g.op('Reshape', [x, g.int64s(`${d.name}.replay_${name}_shape`, [-1, 1, h * d.headDim])]), zero, r.rows, axis0]);
+  // present [batch, kvHeads, cap, headDim] -> [rows, kvHeads, total, headDim]: row 0's cache, once per replayed position.
+  const ends = g.op('Concat', [g.int64s(`${d.name}.replay_one`, [1]), r.total64], { attrs: { axis: 0 } });
+  const axes = g.int64s(`${d.name}.replay_axes`, [0, 2]);
+  const expanded = g.op('Concat', [r.rows, g.int64s(`${d.name}.replay_kvh`, [d.kvHeads]), r.total64, g.int64s(`${d.name}.replay_hd`, [d.headDim])], { attrs: { axis: 0 } });
+  const past = (p: string): string => g.op('Expand', [g.op('Slice', [p, g.int64s(`${d.name}.replay_starts_${p}`, [0, 0]), ends, axes]), expanded]);
+  const [attn] = g.node('GroupQueryAttention', [asRows(t.q, d.heads, 'q'), asRows(t.k, d.kvHeads, 'k'), asRows(t.v, d.kvHeads, 'v'), past(t.presentK), past(t.presentV), r.seqlensK, r.total, t.cos, t.sin], {
+    domain: MS_DOMAIN,
+    attrs: d.attrs,
+    outputs: 3,
+    hint: `${d.name}.replay_gqa`,
+  }); // [rows, 1, heads*headDim]
+  const asRow = g.op('Reshape', [attn as string, g.int64s(`${d.name}.replay_row_shape`, [1, -1, d.heads * d.headDim])]); // [1, rows, heads*headDim]
+  return g.op('Where', [r.flag, asRow, t.attn], { hint: `${d.name}.attn_or_replay` });
 }

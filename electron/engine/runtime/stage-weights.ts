@@ -5,10 +5,9 @@
 import { KiwiError } from '../errors.js';
 import type { GgufFile, GgufTensorInfo, GgufTensorReader } from '../model/gguf/gguf-reader.js';
 import { openTensorReader } from '../model/gguf/gguf-reader.js';
-import { GgmlType, ggmlTypeName } from '../model/gguf/gguf-types.js';
 import type { DecoderShape, LayerWeights, LinearWeight, StageWeights } from './stage-graph.js';
-import { f32FromBf16Bytes, f32FromF16Bytes, f32FromF32Bytes, q4_0ToNBits, q4_KToNBits, q6_KToNBits, q8_0ToNBits } from './weights/repack.js';
-import { DEQUANTIZABLE_TYPES, dequantize } from '../model/gguf/dequantize.js';
+import { hollowLinear, toF32, toLinear } from './weights/convert.js';
+import type { RepackPool } from './weights/repack-pool.js';
 import type { LayerRange } from './layer-range.js';
 
 export interface StagePlan extends LayerRange {
@@ -37,12 +36,73 @@ export interface StageWeightSource {
    * cache), so neither its GGUF bytes nor a conversion are needed. Shapes are checked as in layer().
    */
   hollowLayer(L: number): Promise<LayerWeights>;
+  /**
+   * Starts reading layer L's GGUF bytes (on libuv's threads) so that they arrive while the layer
+   * before is converted; layer(L) then takes them. A layer prefetched and never taken is dropped at close.
+   */
+  prefetch(L: number | 'head'): void;
   head(): Promise<NonNullable<StageWeights['head']>>;
   close(): Promise<void>;
 }
 
-export async function openStageWeights(file: GgufFile, shape: DecoderShape): Promise<StageWeightSource> {
-  const reader = await openTensorReader(file);
+/** Where openStageWeights' time goes (accumulated; for benchmarks): reading GGUF bytes (while any read is under way), converting them. */
+export interface WeightTimes {
+  readMs: number;
+  convertMs: number;
+  /** GGUF bytes read. */
+  readBytes: number;
+}
+
+export interface StageWeightOptions {
+  /** Convert matrices on these worker threads (a layer's matrices in parallel); default: on this thread. */
+  pool?: RepackPool;
+  /** Accumulates where the time goes. */
+  times?: WeightTimes;
+}
+
+export async function openStageWeights(file: GgufFile, shape: DecoderShape, opts: StageWeightOptions = {}): Promise<StageWeightSource> {
+  const { times, pool } = opts;
+  const opened = await openTensorReader(file);
+  // readMs counts the time any read is under way (reads overlap: a layer's are issued at once).
+  let reading = 0;
+  let since = 0;
+  const timedRead: GgufTensorReader['read'] = times === undefined ? (t) => opened.read(t) : async (t) => {
+    if (reading++ === 0) since = performance.now();
+    try {
+      const bytes = await opened.read(t);
+      times.readBytes += bytes.byteLength;
+      return bytes;
+    } finally {
+      if (--reading === 0) times.readMs += performance.now() - since;
+    }
+  };
+  // Reads started by prefetch, by tensor name, until taken.
+  const ahead = new Map<string, Promise<Buffer>>();
+  const reader = {
+    read: (t: GgufTensorInfo): Promise<Buffer> => {
+      const early = ahead.get(t.name);
+      ahead.delete(t.name);
+      return early ?? timedRead(t);
+    },
+    prefetch: (t: GgufTensorInfo): void => {
+      if (ahead.has(t.name)) return;
+      const p = timedRead(t);
+      p.catch(() => undefined); // reported when taken
+      ahead.set(t.name, p);
+    },
+    close: async (): Promise<void> => {
+      await Promise.allSettled(ahead.values());
+      ahead.clear();
+      await opened.close();
+    },
+  };
+  const timed = <T>(convert: () => T): T => {
+    if (times === undefined) return convert();
+    const t0 = performance.now();
+    const out = convert();
+    times.convertMs += performance.now() - t0;
+    return out;
+  };
   const tensor = (name: string): GgufTensorInfo => {
     const t = file.tensor(name);
     if (t === undefined) throw new KiwiError('MODEL_UNSUPPORTED', `tensor '${name}' is missing from ${file.path}`, { tensor: name });
@@ -64,11 +124,19 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape): Pro
   };
   const vector = async (name: string, length: number): Promise<Float32Array> => {
     const t = vectorInfo(name, length);
-    return toF32(t, await reader.read(t));
+    const bytes = await reader.read(t);
+    return timed(() => toF32(t, bytes));
   };
   const matrix = async (name: string, n: number, k: number): Promise<LinearWeight> => {
     const t = matrixInfo(name, n, k);
-    return toLinear(t, await reader.read(t), n, k);
+    const bytes = await reader.read(t);
+    if (pool !== undefined) {
+      const t0 = performance.now();
+      const w = await pool.convert(t, bytes, n, k);
+      if (times !== undefined) times.convertMs += performance.now() - t0;
+      return w;
+    }
+    return timed(() => toLinear(t, bytes, n, k));
   };
   // The same tensors without their bytes (hollowLayer).
   const hollow = {
@@ -80,22 +148,26 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape): Pro
   };
 
   const { hidden, heads, kvHeads, headDim, vocab } = shape;
+  // Tied embeddings: llama.cpp uses token_embd.weight when output.weight is absent.
+  const outputName = (): string => (file.tensor('output.weight') !== undefined ? 'output.weight' : 'token_embd.weight');
   const readLayer = async (L: number, read: { vector: typeof vector; matrix: typeof matrix }): Promise<LayerWeights> => {
     const p = `blk.${L}`;
     const ffn = tensor(`${p}.ffn_gate.weight`).dims[1] ?? 0;
     const { vector: vec, matrix: mat } = read;
     const optionalVector = async (name: string, length: number) => (file.tensor(name) !== undefined ? vec(name, length) : undefined);
-    const weights: LayerWeights = {
-      attnNorm: await vec(`${p}.attn_norm.weight`, hidden),
-      q: await mat(`${p}.attn_q.weight`, heads * headDim, hidden),
-      k: await mat(`${p}.attn_k.weight`, kvHeads * headDim, hidden),
-      v: await mat(`${p}.attn_v.weight`, kvHeads * headDim, hidden),
-      o: await mat(`${p}.attn_output.weight`, hidden, heads * headDim),
-      ffnNorm: await vec(`${p}.ffn_norm.weight`, hidden),
-      gate: await mat(`${p}.ffn_gate.weight`, ffn, hidden),
-      up: await mat(`${p}.ffn_up.weight`, ffn, hidden),
-      down: await mat(`${p}.ffn_down.weight`, hidden, ffn),
-    };
+    // All of the layer's conversions at once (a pool runs them in parallel), then gathered in order.
+    const [attnNorm, q, k, v, o, ffnNorm, gate, up, down] = await Promise.all([
+      vec(`${p}.attn_norm.weight`, hidden),
+      mat(`${p}.attn_q.weight`, heads * headDim, hidden),
+      mat(`${p}.attn_k.weight`, kvHeads * headDim, hidden),
+      mat(`${p}.attn_v.weight`, kvHeads * headDim, hidden),
+      mat(`${p}.attn_output.weight`, hidden, heads * headDim),
+      vec(`${p}.ffn_norm.weight`, hidden),
+      mat(`${p}.ffn_gate.weight`, ffn, hidden),
+      mat(`${p}.ffn_up.weight`, ffn, hidden),
+      mat(`${p}.ffn_down.weight`, hidden, ffn),
+    ] as const);
+    const weights: LayerWeights = { attnNorm, q, k, v, o, ffnNorm, gate, up, down };
     const qBias = await optionalVector(`${p}.attn_q.bias`, heads * headDim);
     const kBias = await optionalVector(`${p}.attn_k.bias`, kvHeads * headDim);
     const vBias = await optionalVector(`${p}.attn_v.bias`, kvHeads * headDim);
@@ -109,13 +181,19 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape): Pro
     return weights;
   };
   const layer = (L: number): Promise<LayerWeights> => readLayer(L, { vector, matrix });
+  const prefetch = (L: number | 'head'): void => {
+    if (L === 'head') {
+      for (const name of ['output_norm.weight', outputName()]) reader.prefetch(tensor(name));
+      return;
+    }
+    const p = `blk.${L}.`;
+    for (const t of file.tensors) if (t.name.startsWith(p)) reader.prefetch(t);
+  };
   const hollowLayer = (L: number): Promise<LayerWeights> => readLayer(L, hollow);
   const head = async (): Promise<NonNullable<StageWeights['head']>> => {
-    // Tied embeddings: llama.cpp uses token_embd.weight when output.weight is absent.
-    const outputName = file.tensor('output.weight') !== undefined ? 'output.weight' : 'token_embd.weight';
-    return { norm: await vector('output_norm.weight', hidden), output: await matrix(outputName, vocab, hidden) };
+    return { norm: await vector('output_norm.weight', hidden), output: await matrix(outputName(), vocab, hidden) };
   };
-  return { layer, hollowLayer, head, close: () => reader.close() };
+  return { layer, hollowLayer, prefetch, head, close: () => reader.close() };
 }
 
 /** Reads the Llama 3 rope frequency factors, if the model has them. */
@@ -127,74 +205,5 @@ export async function readRopeFreqFactors(file: GgufFile, reader?: GgufTensorRea
     return toF32(t, await own.read(t));
   } finally {
     if (reader === undefined) await own.close();
-  }
-}
-
-function count(t: GgufTensorInfo): number {
-  return t.dims.reduce((a, b) => a * b, 1);
-}
-
-function unsupported(t: GgufTensorInfo, what: string): KiwiError {
-  return new KiwiError(
-    'MODEL_UNSUPPORTED',
-    `tensor '${t.name}' has type ${ggmlTypeName(t.type)}, which Kiwi cannot use as ${what}; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, and (expanded to f32) ${DEQUANTIZABLE_TYPES.map(ggmlTypeName).filter((n) => !['F32', 'F16', 'BF16', 'Q8_0', 'Q4_0', 'Q4_K', 'Q6_K'].includes(n)).join(', ')}`,
-    { tensor: t.name, type: ggmlTypeName(t.type) },
-  );
-}
-
-function toF32(t: GgufTensorInfo, bytes: Uint8Array): Float32Array {
-  switch (t.type) {
-    case GgmlType.F32:
-      return f32FromF32Bytes(bytes, count(t));
-    case GgmlType.F16:
-      return f32FromF16Bytes(bytes, count(t));
-    case GgmlType.BF16:
-      return f32FromBf16Bytes(bytes, count(t));
-    default:
-      throw unsupported(t, 'a vector');
-  }
-}
-
-/** The form toLinear gives a tensor of this type, with empty arrays. */
-function hollowLinear(t: GgufTensorInfo, n: number, k: number): LinearWeight {
-  const nbits = (bits: 4 | 8, blockSize: number): LinearWeight => ({ kind: 'nbits', n, k, bits, blockSize, b: new Uint8Array(0), scales: new Float32Array(0) });
-  switch (t.type) {
-    case GgmlType.F32:
-    case GgmlType.F16:
-    case GgmlType.BF16:
-      return { kind: 'float', n, k, weight: new Float32Array(0) };
-    case GgmlType.Q8_0:
-      return nbits(8, 32);
-    case GgmlType.Q4_0:
-      return nbits(4, 32);
-    case GgmlType.Q6_K:
-      return nbits(8, 16);
-    case GgmlType.Q4_K:
-      return { ...nbits(4, 32), blockOffsets: new Float32Array(0) } as LinearWeight;
-    default:
-      if (DEQUANTIZABLE_TYPES.includes(t.type)) return { kind: 'float', n, k, weight: new Float32Array(0) };
-      throw unsupported(t, 'a matrix');
-  }
-}
-
-function toLinear(t: GgufTensorInfo, bytes: Uint8Array, n: number, k: number): LinearWeight {
-  switch (t.type) {
-    case GgmlType.F32:
-    case GgmlType.F16:
-    case GgmlType.BF16:
-      // f16/bf16 -> f32 is exact; it doubles the memory of f16 weights (MatMul runs in f32).
-      return { kind: 'float', n, k, weight: toF32(t, bytes) };
-    case GgmlType.Q8_0:
-      return q8_0ToNBits(bytes, n, k);
-    case GgmlType.Q4_0:
-      return q4_0ToNBits(bytes, n, k);
-    case GgmlType.Q6_K:
-      return q6_KToNBits(bytes, n, k);
-    case GgmlType.Q4_K:
-      return q4_KToNBits(bytes, n, k);
-    default:
-      // Other ggml types ggml can dequantize (Q4_1, Q5_0, Q5_K, IQ4_NL, ...): exact f32 expansion, 4-8x the memory.
-      if (DEQUANTIZABLE_TYPES.includes(t.type)) return { kind: 'float', n, k, weight: dequantize(t.type, bytes, n * k) };
-      throw unsupported(t, 'a matrix');
   }
 }

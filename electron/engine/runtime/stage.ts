@@ -14,7 +14,9 @@ import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js'
 import { IO, attentionHeadDim, buildStageGraph, stageGraphBuilder } from './stage-graph.js';
 import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
 import { encodeModel } from '../ort/onnx-graph.js';
+import { batchedReplay, replayFeeds, type ReplayMode } from './replay.js';
 import { loadStageWeights, openStageWeights } from './stage-weights.js';
+import { RepackPool } from './weights/repack-pool.js';
 import type { StagePlan } from './stage-weights.js';
 import { EmbeddingTable } from './embedding.js';
 import { modelFingerprint } from './shard-cache.js';
@@ -47,6 +49,12 @@ export function rollbackCache(c: KvCache, length: number): void {
   c.length = length;
 }
 
+/**
+ * A one-pass replay's rows per run hold at most about this much attention scratch (Stage.replayChunks):
+ * a bound on the transient memory of a recovery (more chunks cost one more read of the weights each).
+ */
+const REPLAY_CHUNK_BYTES = 128 * 2 ** 20;
+
 /** Buffers grow in multiples of this many positions. */
 const KV_GROWTH_POSITIONS = 256;
 
@@ -61,6 +69,10 @@ export interface StageOptions extends Partial<StageGraphOptions> {
   /** Run the onnxruntime session on a worker thread, keeping the event loop free during forward
    * passes. Default: yes, unless KIWI_STAGE_WORKER=0 (in-thread, for comparison). */
   worker?: boolean;
+  /** How a replayed row runs (runtime/replay.ts): default 'auto', one pass where that is exact. */
+  replay?: ReplayMode;
+  /** A one-pass replay's attention scratch per run, bytes (default 512 MiB): longer rows run in chunks. */
+  replayChunkBytes?: number;
 }
 
 /** How a stage came to be (for logs and benchmarks). */
@@ -111,7 +123,7 @@ export class Stage {
     const worker = (opts.worker ?? stageWorkerEnabled()) ? startSessionWorker() : undefined;
     let prepared: PreparedModel;
     try {
-      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider);
+      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? true);
     } catch (err) {
       await worker?.dispose();
       throw err;
@@ -132,6 +144,8 @@ export class Stage {
       throw err;
     }
     stage.origin.sessionMs = performance.now() - t1;
+    stage.replayOnePass = batchedReplay(opts.replay ?? 'auto', stage.replays, accuracyLevel);
+    stage.replayChunkBytes = opts.replayChunkBytes ?? REPLAY_CHUNK_BYTES;
     return stage;
   }
 
@@ -139,6 +153,15 @@ export class Stage {
   get verifies(): boolean {
     return this.plan.head && this.session.inputNames.includes(IO.logitsFrom);
   }
+
+  /** The graph can replay a row of positions as decode steps in one pass (its replay inputs; runtime/replay.ts). */
+  get replays(): boolean {
+    return this.session.inputNames.includes(IO.replay);
+  }
+
+  /** A replayed row runs as one pass (exact at this accuracy level, or asked for); else one decode step per position. */
+  private replayOnePass = false;
+  private replayChunkBytes = REPLAY_CHUNK_BYTES;
 
   /** KV-cache bytes one position of one request takes in this stage (K and V, f32, every layer). */
   get kvBytesPerToken(): number {
@@ -186,7 +209,7 @@ export class Stage {
    * Runs the stage for `input.batch` rows; row b continues `caches[b]`. Several rows need
    * seq == 1 (batched decode); prefill runs one request at a time.
    */
-  async forward(input: StageInput, caches: KvCache[], opts: { hiddenNorm?: boolean; logitsTail?: number } = {}): Promise<StageOutput> {
+  async forward(input: StageInput, caches: KvCache[], opts: { hiddenNorm?: boolean; logitsTail?: number; replay?: boolean } = {}): Promise<StageOutput> {
     const { batch, seq } = input;
     if (caches.length !== batch) throw new Error(`forward: ${caches.length} caches for batch ${batch}`);
     if (batch > 1 && seq !== 1) throw new Error('forward: batched rows must each add one token');
@@ -196,11 +219,48 @@ export class Stage {
     if (opts.hiddenNorm === true && !this.plan.head) throw new Error('forward: only the head has the final norm');
     const tail = opts.logitsTail ?? 1;
     if (tail !== 1 && !(this.verifies && Number.isInteger(tail) && tail >= 1 && tail <= seq)) throw new Error(`forward: logits of the last ${tail} of ${seq} positions need a head that verifies`);
+    if (opts.replay === true) {
+      if (batch !== 1 || tail !== 1 || opts.hiddenNorm === true) throw new Error('forward: a replay is one row, without hidden norms or a logits tail');
+      return this.replayOnePass ? this.replayChunks(x, caches[0]!, seq) : this.replaySteps(x, caches[0]!, seq);
+    }
     return this.run(x, caches, batch, seq, opts.hiddenNorm === true, tail);
   }
 
+  /**
+   * A one-pass replay, in chunks of rows: the replay attention holds a copy of the cache per row
+   * (K and V, and GQA's output of each), so a chunk is as many rows as fit REPLAY_CHUNK_BYTES.
+   * Each position's result does not depend on the chunks (each is exact on its own).
+   */
+  private async replayChunks(x: Float32Array, cache: KvCache, seq: number): Promise<StageOutput> {
+    const { hidden, kvHeads } = this.shape;
+    const perRow = 4 * (cache.length + seq) * kvHeads * attentionHeadDim(this.shape) * 4;
+    const rows = Math.max(8, Math.floor(this.replayChunkBytes / perRow));
+    if (rows >= seq) return this.run(x, [cache], 1, seq, false, 1, true);
+    const out = new Float32Array(seq * hidden);
+    let last: StageOutput | undefined;
+    for (let j = 0; j < seq; j += rows) {
+      const n = Math.min(rows, seq - j);
+      last = await this.run(x.subarray(j * hidden, (j + n) * hidden), [cache], 1, n, false, 1, true);
+      if (last.kind === 'hidden') out.set(last.hidden, j * hidden);
+    }
+    return last!.kind === 'logits' ? last! : { kind: 'hidden', hidden: out };
+  }
+
+  /** A replay where one pass is not exact (runtime/replay.ts): one decode step per position, here, without ring trips. */
+  private async replaySteps(x: Float32Array, cache: KvCache, seq: number): Promise<StageOutput> {
+    const { hidden } = this.shape;
+    const out = new Float32Array(seq * hidden);
+    let last: StageOutput | undefined;
+    for (let j = 0; j < seq; j++) {
+      last = await this.run(x.subarray(j * hidden, (j + 1) * hidden), [cache], 1, 1);
+      if (last.kind === 'hidden') out.set(last.hidden, j * hidden);
+    }
+    if (last === undefined || last.kind === 'logits') return last ?? { kind: 'hidden', hidden: out };
+    return { kind: 'hidden', hidden: out };
+  }
+
   /** The session run: x [batch, seq, hidden] f32 after the embedding. */
-  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number, hiddenNorm = false, logitsTail = 1): Promise<StageOutput> {
+  private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number, hiddenNorm = false, logitsTail = 1, replay = false): Promise<StageOutput> {
     const { kvHeads, hidden } = this.shape;
     const headDim = attentionHeadDim(this.shape); // the cache holds padded heads
     for (const c of caches) {
@@ -228,6 +288,7 @@ export class Stage {
     feeds[IO.seqlensK] = i32Tensor(Int32Array.from(caches, (c) => c.length + seq - 1), [batch]);
     feeds[IO.totalSeqLen] = i32Tensor(Int32Array.of(total), []);
     if (this.plan.head) feeds[IO.logitsFrom] = tensorOf(BigInt64Array.of(BigInt(-logitsTail)), [1]);
+    if (this.replays) Object.assign(feeds, replayFeeds(replay ? caches[0]!.length : undefined, seq));
     const outputName = this.plan.head ? IO.logits : IO.hiddenOut;
     const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
     if (hiddenNorm) fetches[IO.hiddenNorm] = null;
@@ -300,8 +361,12 @@ async function prepareModel(
   cached: { cache: ShardCache; source: ShardSource } | undefined,
   accuracyLevel: NonNullable<StageOptions['accuracyLevel']>,
   provider: ExecutionProvider,
+  /** Default true; false (bench/replay.ts, without a cache: its key does not say) leaves the replay inputs out. */
+  replayInputs: boolean,
 ): Promise<PreparedModel> {
-  const embedding = plan.start === 0 ? await EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : undefined;
+  // The embedding table is read while the weights are converted.
+  const embedded = plan.start === 0 ? EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : Promise.resolve(undefined);
+  embedded.catch(() => undefined); // awaited below
   const t0 = performance.now();
   const cache = cached?.cache;
   const key = cache && {
@@ -314,25 +379,58 @@ async function prepareModel(
     provider,
   };
   const found = cached && key && (await cached.cache.lookup(key, cached.source));
-  if (found !== undefined) return { model: found, embedding, source: 'cache', buildMs: 0 };
+  if (found !== undefined) return { model: found, embedding: await embedded, source: 'cache', buildMs: 0 };
   if (cached && key) {
     // Streamed: one layer's weights are read, converted and written to its layer file at a time;
     // a layer built before (for any range) is added hollow and its file reused as it is.
-    const model = await cached.cache.build(key, cached.source, async ({ place, reused }) => {
-      const source = await openStageWeights(file, shape);
+    const build = (pool: RepackPool | undefined) => cached.cache.build(key, cached.source, async ({ place, reused, flush }) => {
+      const source = await openStageWeights(file, shape, pool !== undefined ? { pool } : {});
       try {
-        const b = stageGraphBuilder(shape, plan, { accuracyLevel }, { place });
-        for (let L = plan.start; L < plan.end; L++) b.addLayer(reused(L) ? await source.hollowLayer(L) : await source.layer(L));
+        const b = stageGraphBuilder(shape, plan, { accuracyLevel, replayInputs }, { place });
+        const raw = (L: number): boolean => L < plan.end && !reused(L);
+        if (raw(plan.start)) source.prefetch(plan.start);
+        for (let L = plan.start; L < plan.end; L++) {
+          // The next layer's bytes are read while this one is converted.
+          if (raw(L + 1)) source.prefetch(L + 1);
+          else if (L + 1 === plan.end && plan.head) source.prefetch('head');
+          b.addLayer(raw(L) ? await source.layer(L) : await source.hollowLayer(L));
+          await flush(); // the layer before this one is written while the next is converted
+        }
         return b.finish(plan.head ? await source.head() : undefined);
       } finally {
         await source.close();
       }
     });
-    return { model, embedding, source: 'built', buildMs: performance.now() - t0 };
+    // Matrices are converted on worker threads, a layer's in parallel, unless the stage is small
+    // (a worker's start would cost more than it saves). Should a worker die, the build runs again here.
+    const pool = stageBytes(file, plan) >= POOL_MIN_BYTES ? new RepackPool() : undefined;
+    let model: string;
+    try {
+      model = await build(pool);
+    } catch (err) {
+      if (pool?.failed !== true) throw err;
+      model = await build(undefined);
+    } finally {
+      await pool?.close();
+    }
+    return { model, embedding: await embedded, source: 'built', buildMs: performance.now() - t0 };
   }
   // Without a cache the model is built in memory (small models, tests).
-  const model = encodeModel(buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel })).model;
-  return { model, embedding, source: 'built', buildMs: performance.now() - t0 };
+  const model = encodeModel(buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel, replayInputs })).model;
+  return { model, embedding: await embedded, source: 'built', buildMs: performance.now() - t0 };
+}
+
+/** A stage of at least this many GGUF bytes converts on worker threads (runtime/weights/repack-pool.ts). */
+const POOL_MIN_BYTES = 64 * 2 ** 20;
+
+/** GGUF bytes of the stage's layers (the head's are not counted: a stage of the head alone stays on this thread). */
+function stageBytes(file: GgufFile, plan: StagePlan): number {
+  let sum = 0;
+  for (const t of file.tensors) {
+    const m = /^blk\.(\d+)\./.exec(t.name);
+    if (m !== null && Number(m[1]) >= plan.start && Number(m[1]) < plan.end) sum += t.byteLength;
+  }
+  return sum;
 }
 
 let gc: (() => void) | undefined;

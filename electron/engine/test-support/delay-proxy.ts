@@ -97,6 +97,9 @@ export async function startDelayProxy(opts: DelayProxyOptions): Promise<DelayPro
             if (!up.readableEnded) client.destroy();
           });
           up.once('connect', () => {
+            // No Nagle on either side: the proxy adds its delay and nothing else (netem adds none).
+            client.setNoDelay(true);
+            up.setNoDelay(true);
             relay(client, up, holdMs, maxQueued);
             relay(up, client, holdMs, maxQueued);
             client.resume();
@@ -165,7 +168,11 @@ function relay(from: Socket, to: Socket, holdMs: () => number, maxQueued: number
     // max() keeps the order when jitter draws a shorter hold than the chunk ahead got.
     lastDue = Math.max(performance.now() + holdMs(), lastDue);
     queue.push({ dueAt: lastDue, chunk });
-    if (timer === undefined) timer = setTimeout(flush, Math.max(0, queue[0]!.dueAt - performance.now()));
+    if (timer !== undefined) return;
+    // Due now (a 0 ms delay): forwarded at once, not after a timer's 1 ms minimum.
+    const wait = queue[0]!.dueAt - performance.now();
+    if (wait <= 0) flush();
+    else timer = setTimeout(flush, wait);
   };
   from.on('data', (chunk: Buffer) => {
     queuedBytes += chunk.length;

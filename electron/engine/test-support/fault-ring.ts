@@ -101,6 +101,8 @@ export class FaultRing {
       '--no-bench', ...(opts.hostArgs ?? [])];
     // The recoveries these trials count are the faults they cause, not drift re-plans of a loaded machine.
     if (!hostArgs.includes('--replan-drift')) hostArgs.push('--replan-drift', 'off');
+    // Members' memory figures here are whole blocks (perBlock multiples): no prompt-cache share per block unless the test asks for a cache.
+    if (!hostArgs.includes('--prompt-cache-mb')) hostArgs.push('--prompt-cache-mb', '0');
     if (opts.heartbeatTimeoutS !== undefined) hostArgs.push('--heartbeat-timeout', String(opts.heartbeatTimeoutS));
     if (opts.recoveryTimeoutS !== undefined) hostArgs.push('--recovery-timeout', String(opts.recoveryTimeoutS));
     const host = spawnAt('host', hostArgs);

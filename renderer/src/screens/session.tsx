@@ -115,6 +115,7 @@ function DownloadProgress({ download: d }: { download: DownloadWire }): ReactEle
 }
 
 const MEMORY_BUDGET_KEY = 'kiwi.memoryBudgetMb';
+const STANDBY_BUDGET_KEY = 'kiwi.standbyGb';
 
 function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
   const id = useId();
@@ -123,12 +124,15 @@ function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
   const [name, setName] = useState('');
   // Remembered on this computer: how much memory Kiwi may use here is a setting, not a per-session choice.
   const [memoryMb, setMemoryMb] = useState(() => localStorage.getItem(MEMORY_BUDGET_KEY) ?? '');
+  const [standbyGb, setStandbyGb] = useState(() => localStorage.getItem(STANDBY_BUDGET_KEY) ?? '');
   const join = useSessionAction(api.join);
   const submit = (e: FormEvent): void => {
     e.preventDefault();
     const budget = memoryMb.trim();
     localStorage.setItem(MEMORY_BUDGET_KEY, budget);
-    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined, budget === '' ? undefined : Number(budget)]);
+    const standby = standbyGb.trim();
+    localStorage.setItem(STANDBY_BUDGET_KEY, standby);
+    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined, budget === '' ? undefined : Number(budget), standby === '' ? undefined : Number(standby)]);
   };
   return (
     <Card title="Join a session">
@@ -142,6 +146,8 @@ function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
         <input id={`${id}-name`} value={name} onChange={(e) => setName(e.target.value)} placeholder="this computer's name" maxLength={64} />
         <label htmlFor={`${id}-mem`}>Memory Kiwi may use here, in MiB (optional; Kiwi's own runtime included)</label>
         <input id={`${id}-mem`} type="number" min={192} step={1} value={memoryMb} onChange={(e) => setMemoryMb(e.target.value)} placeholder="all this computer can give" data-testid="memory-budget" />
+        <label htmlFor={`${id}-standby`}>Disk for standby layers, in GB (optional: layers next to yours, fetched in the background, make recoveries fast)</label>
+        <input id={`${id}-standby`} type="number" min={0} step="any" value={standbyGb} onChange={(e) => setStandbyGb(e.target.value)} placeholder="none" data-testid="standby-budget" />
         <ErrorBanner error={join.error?.message === shown ? null : (join.error as { message: string } | null)} />
         <button type="submit" disabled={join.isPending || code.trim() === ''}>{join.isPending ? (rendezvous.trim() === '' ? 'Looking for the host…' : 'Joining…') : 'Join'}</button>
       </form>

@@ -4,7 +4,8 @@
 // exactly those of encode() on the main thread; short texts are encoded inline, where a message
 // round trip would cost more than it saves. If the worker cannot start (a packaging without the
 // worker file), encoding falls back to the main thread.
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { startModuleWorker } from '../../module-worker.js';
 import { KiwiError, type KiwiErrorCode } from '../../errors.js';
 import type { GgufMetadata } from '../gguf/gguf-metadata.js';
 import type { EncodeOptions, Tokenizer } from './tokenizer.js';
@@ -57,13 +58,7 @@ export class OffThreadEncoder {
 
   private start(): Worker {
     if (this.worker !== undefined) return this.worker;
-    const fromSource = import.meta.url.endsWith('.ts');
-    const entry = new URL(`./tokenizer-worker.${fromSource ? 'ts' : 'js'}`, import.meta.url);
-    const workerData = { metadata: this.metadata };
-    // Run from source (tsx, tests): the worker registers tsx's loader before importing the entry.
-    const worker = fromSource
-      ? new Worker(`import('tsx/esm/api').then((m) => { m.register(); return import(${JSON.stringify(entry.href)}); })`, { eval: true, workerData })
-      : new Worker(entry, { workerData });
+    const worker = startModuleWorker(import.meta.url, 'tokenizer-worker', { workerData: { metadata: this.metadata } });
     // An idle worker does not keep the process alive.
     worker.unref();
     worker.on('message', (answer: EncodeAnswer) => {

@@ -47,6 +47,31 @@ describe('GGUF to MatMulNBits repacking', () => {
     expect(worst).toBeLessThan(4 * 2 ** -24);
   });
 
+  // The word-at-a-time paths (aligned input) against the byte-at-a-time ones (the same bytes at an
+  // odd offset), on random bytes: every bit pattern of nibbles, signs, scales and 6-bit mins.
+  test.each([
+    ['Q8_0', 34, 32, q8_0ToNBits],
+    ['Q4_0', 18, 32, q4_0ToNBits],
+    ['Q6_K', 210, 256, q6_KToNBits],
+    ['Q4_K', 144, 256, q4_KToNBits],
+  ] as const)('%s: the aligned fast path gives the same bytes as the byte-wise path', (_name, blockBytes, block, repack) => {
+    const n = 6;
+    const k = 1024;
+    const raw = new Uint8Array(((n * k) / block) * blockBytes + 1);
+    let s = 12345;
+    for (let i = 0; i < raw.length; i++) raw[i] = (s = (Math.imul(s, 1103515245) + 12345) >>> 0) >>> 24;
+    const aligned = raw.slice(0, raw.length - 1);
+    const odd = raw.subarray(1);
+    odd.set(aligned);
+    expect(odd.byteOffset % 2).toBe(1);
+    const bytesOf = (w: LinearWeight): Uint8Array[] => {
+      if (w.kind !== 'nbits') throw new Error('expected nbits');
+      const f = (a: Float32Array | undefined) => (a === undefined ? new Uint8Array(0) : new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+      return [w.b, f(w.scales), f(w.blockOffsets)];
+    };
+    expect(bytesOf(repack(aligned, n, k))).toEqual(bytesOf(repack(odd, n, k)));
+  });
+
   test('refuses a tensor whose byte length does not match its shape', () => {
     expect(() => q4_0ToNBits(new Uint8Array(17), 1, 32)).toThrow(/expected 18/);
     expect(() => q8_0ToNBits(new Uint8Array(34), 1, 48)).toThrow(/multiple of 32/);

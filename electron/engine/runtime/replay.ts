@@ -1,0 +1,46 @@
+// A replay that costs about one prefill (issue 15). After a re-plan a request rebuilds its caches
+// on the new ring: its prompt as one prefill, then its generated tokens as they were first
+// computed, one decode step each. Sent as one row of n tokens with `replay` set, a stage runs the
+// n positions' projections, norms and feed-forward at once and their attention as n one-token
+// rows over the cache (stage-graph.ts replayAttention): bit for bit the decode steps, wherever
+// every other op gives a row the same result whatever the number of rows beside it.
+//
+// Measured op by op (bench/replay-ops.ts, onnxruntime 1.30 CPU): RMSNorm (with and without the
+// skip add), float MatMul and MatMulNBits at accuracy level 4 (int8 activations) give a row the
+// same bits for 1 row and for n; GroupQueryAttention's output differs between a one-token step
+// and an n-token pass (its K/V caches do not); MatMulNBits at accuracy level 0 (f32
+// activations) differs between 1 row and 2 or more (every count from 2 up agrees). So at level 4
+// the replay is exact; at level 0 it is not (a single request's decode steps ran 1-row matmuls),
+// and the decode-step replay stays the default there (replayMode 'auto').
+import type { OrtFeeds } from '../ort/session.js';
+import { i32Tensor } from '../ort/session.js';
+import { IO } from './stage-graph.js';
+
+/** How recovery replays generated tokens: 'steps' one decode step each; 'batched' one pass; 'auto' batched where it is exact. */
+export type ReplayMode = 'auto' | 'steps' | 'batched';
+
+/** Whether a replay of generated tokens in one pass gives the decode steps' bits, on stages of this accuracy level. */
+export function replayIsExact(accuracyLevel: 0 | 4): boolean {
+  return accuracyLevel === 4;
+}
+
+/** Whether recovery should replay in one pass: the mode, every stage's graph, and exactness. */
+export function batchedReplay(mode: ReplayMode, stagesReplay: boolean, accuracyLevel: 0 | 4): boolean {
+  if (!stagesReplay || mode === 'steps') return false;
+  return mode === 'batched' || replayIsExact(accuracyLevel);
+}
+
+/**
+ * The replay inputs of a stage run: `from` = the cache length before a replayed row of `seq`
+ * tokens, or undefined for a plain step (one dummy row over one position, its output unused).
+ */
+export function replayFeeds(from: number | undefined, seq: number): OrtFeeds {
+  if (from === undefined) {
+    return { [IO.replay]: i32Tensor(Int32Array.of(0), [1]), [IO.replaySeqlensK]: i32Tensor(Int32Array.of(0), [1]), [IO.replayTotal]: i32Tensor(Int32Array.of(1), []) };
+  }
+  return {
+    [IO.replay]: i32Tensor(Int32Array.of(1), [1]),
+    [IO.replaySeqlensK]: i32Tensor(Int32Array.from({ length: seq }, (_, j) => from + j), [seq]),
+    [IO.replayTotal]: i32Tensor(Int32Array.of(from + seq), []),
+  };
+}
