@@ -15,41 +15,16 @@
 // KIWI_BENCH_MODELS (stories,synth); KIWI_STAGE_WORKER=0 (inherited by every process) runs stages
 // on the main thread, which shows what the worker thread's two hops per stage cost.
 // Run: npx tsx bench/ring-overhead.ts   Prints a table and writes bench/results/ring-overhead.json.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { kiwiCacheDir } from '../electron/engine/paths.js';
-import { RingMember } from '../electron/engine/pipeline/ring-member.js';
-import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
-import { MemberSession } from '../electron/engine/session/member.js';
-import { startDelayProxy, type DelayProxy } from '../electron/engine/test-support/delay-proxy.js';
+import { startDelayProxy } from '../electron/engine/test-support/delay-proxy.js';
 import { decodeFrame, FrameType } from '../electron/engine/transport/frame-codec.js';
 import { SecureChannel } from '../electron/engine/transport/secure-channel.js';
 import { decodeStepFrame, encodeStepFrame } from '../electron/engine/transport/tensor-frame.js';
-
-interface MemberConfig {
-  code: string;
-  rendezvous: string;
-  name: string;
-  model: string;
-  threads: number;
-  advertise: string;
-}
-
-/** Member mode: `kiwi join --no-ice` that advertises the parent's delay proxy in front of its listener. */
-async function runMember(cfg: MemberConfig): Promise<void> {
-  const member = new MemberSession({ code: cfg.code, rendezvousUrl: cfg.rendezvous, name: cfg.name, listenHost: '127.0.0.1', advertise: [cfg.advertise], ice: false });
-  const ring = new RingMember(member, { modelPath: cfg.model, weightsDir: join(kiwiCacheDir(), 'weights'), threads: cfg.threads, cache: new ShardCache(join(kiwiCacheDir(), 'shards')) });
-  ring.on('error', (err) => console.log(JSON.stringify({ event: 'error', code: err.code, message: err.message })));
-  await member.connect();
-  await new Promise<void>((resolve) => process.once('SIGTERM', () => resolve()));
-  await member.stop('benchmark over');
-  await ring.close();
-  process.exit(0);
-}
+import { processSet, runProxiedMember, sseStream, type MemberConfig } from './ring-processes.js';
 
 const TOKENS = Number(process.env.KIWI_BENCH_TOKENS ?? 64);
 const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 5);
@@ -60,12 +35,6 @@ const HOPS = 3;
 const IDLE_MS = 3000;
 const root = join(import.meta.dirname, '..');
 const SYNTH = { name: 'overhead-synth', architecture: 'llama', blockCount: 8, embeddingLength: 512, headCount: 8, headCountKv: 4, feedForwardLength: 1536, vocabSize: 4096, contextLength: 1024 };
-
-interface Spawned {
-  child: ChildProcess;
-  event: (name: string) => Promise<Record<string, unknown>>;
-  events: Array<Record<string, unknown>>;
-}
 
 interface Row {
   model: string;
@@ -122,61 +91,13 @@ async function hopSoftwareUs(hidden: number): Promise<Record<string, number>> {
 async function main(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-overhead-'));
   const env = { ...process.env, KIWI_CACHE_DIR: join(dir, 'cache') };
-  const children: ChildProcess[] = [];
-  const proxies: DelayProxy[] = [];
-
-  const spawnNode = (args: string[]): Spawned => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    const events: Array<Record<string, unknown>> = [];
-    const stderr: string[] = [];
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      try {
-        events.push(JSON.parse(line) as Record<string, unknown>);
-      } catch {
-        // not an event line
-      }
-    });
-    createInterface({ input: child.stderr! }).on('line', (l) => stderr.push(l));
-    const event = async (name: string): Promise<Record<string, unknown>> => {
-      for (;;) {
-        const hit = events.find((e) => e.event === name);
-        if (hit !== undefined) return hit;
-        if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited: ${stderr.slice(-20).join('\n')}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    };
-    return { child, event, events };
-  };
-  const kiwi = (args: string[]): Spawned => spawnNode(['electron/kiwi.ts', ...args, '--json']);
-  const stopAll = async (): Promise<void> => {
-    for (const c of children.splice(0)) {
-      if (c.exitCode === null && c.signalCode === null) {
-        c.kill('SIGTERM');
-        await new Promise((r) => c.once('exit', r));
-      }
-    }
-    for (const p of proxies.splice(0)) await p.close();
-  };
+  const { children, proxies, spawnNode, kiwi, stopAll } = processSet(root, env);
 
   /** Decode ms per token of one greedy SSE stream (first token excluded), and its tokens. */
   const stream = async (url: string, modelId: string, prompt: string, maxTokens: number): Promise<{ msPerToken: number; tokens: number }> => {
-    const res = await fetch(`${url}/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: modelId, prompt, max_tokens: maxTokens, temperature: 0, stream: true }),
-    });
-    if (!res.ok || res.body === null) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-    let first = 0;
-    let tokens = 0;
-    const decoder = new TextDecoder();
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      const n = decoder.decode(chunk, { stream: true }).split('\n').filter((l) => l.startsWith('data: {')).length;
-      if (n > 0 && first === 0) first = performance.now();
-      tokens += n;
-    }
-    if (tokens < 2) throw new Error(`a stream of ${tokens} tokens`);
-    return { msPerToken: (performance.now() - first) / (tokens - 1), tokens };
+    const s = await sseStream(url, modelId, prompt, maxTokens);
+    if (s.tokens < 2) throw new Error(`a stream of ${s.tokens} tokens`);
+    return { msPerToken: s.decodeMs / (s.tokens - 1), tokens: s.tokens };
   };
   /** CPU time (user + system, every thread) of the running children so far, ms (Linux /proc, 10 ms ticks). */
   const childrenCpuMs = async (): Promise<number> => {
@@ -303,5 +224,5 @@ async function main(): Promise<void> {
   await writeFile(join(root, 'bench', 'results', 'ring-overhead.json'), JSON.stringify({ tokens: TOKENS, rounds: ROUNDS, threads: THREADS, load, rows, software }, null, 2));
 }
 
-if (process.argv[2] === '--member') await runMember(JSON.parse(process.argv[3] ?? '{}') as MemberConfig);
+if (process.argv[2] === '--member') await runProxiedMember(JSON.parse(process.argv[3] ?? '{}') as MemberConfig);
 else await main();

@@ -21,56 +21,25 @@
 // processes do not fight over a small machine's cores more than one process does).
 // Knobs: KIWI_BENCH_TOKENS (64), KIWI_BENCH_DELAYS (1,10,40), KIWI_BENCH_LOOPBACK (f32,f16,int8,int8+zstd; 0: none).
 // Run: npx tsx bench/ring.ts   Prints a table and writes bench/results/ring.json.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
 import { summarizeModel } from '../electron/engine/model/model-summary.js';
-import { kiwiCacheDir } from '../electron/engine/paths.js';
 import { chooseLinkWire } from '../electron/engine/pipeline/link-wire.js';
-import { RingMember } from '../electron/engine/pipeline/ring-member.js';
 import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { deviceCosts, stageCost } from '../electron/engine/planner/cost-model.js';
 import type { DeviceSpec } from '../electron/engine/planner/fleet.js';
 import { planFleet } from '../electron/engine/planner/plan.js';
 import { blockShapeOf, measureBlock } from '../electron/engine/runtime/block-probe.js';
-import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
-import { MemberSession } from '../electron/engine/session/member.js';
-import { startDelayProxy, type DelayProxy } from '../electron/engine/test-support/delay-proxy.js';
+import { startDelayProxy } from '../electron/engine/test-support/delay-proxy.js';
 import { measureThroughput } from '../electron/engine/transport/link-throughput.js';
 import { openSecureLink, type SecureLink } from '../electron/engine/transport/secure-link.js';
 import { encodeStepFrame, type ActivationEncoding, type WireOptions } from '../electron/engine/transport/tensor-frame.js';
 import { dialDirect, listenDirect, type WsLink } from '../electron/engine/transport/ws.js';
-
-interface MemberConfig {
-  code: string;
-  rendezvous: string;
-  name: string;
-  model: string;
-  threads: number;
-  advertise: string;
-}
-
-/** Member mode: `kiwi join` with an advertised address (the parent's delay proxy in front of this member's listener). */
-async function runMember(cfg: MemberConfig): Promise<void> {
-  const say = (event: string, fields: Record<string, unknown> = {}): void => console.log(JSON.stringify({ event, ...fields }));
-  const member = new MemberSession({ code: cfg.code, rendezvousUrl: cfg.rendezvous, name: cfg.name, listenHost: '127.0.0.1', advertise: [cfg.advertise], ice: false });
-  const ring = new RingMember(member, {
-    modelPath: cfg.model, weightsDir: join(kiwiCacheDir(), 'weights'), threads: cfg.threads, cache: new ShardCache(join(kiwiCacheDir(), 'shards')),
-  });
-  ring.on('ready', (r) => say('ready', { source: r.source }));
-  ring.on('error', (err) => say('error', { code: err.code, message: err.message }));
-  member.on('link', (s) => say('link', { peer: s.peer, state: s.state, kind: s.kind ?? null, rtt_ms: s.rttMs ?? null }));
-  await member.connect();
-  say('joined', { pid: process.pid });
-  await new Promise<void>((resolve) => process.once('SIGTERM', () => resolve()));
-  await member.stop('benchmark over');
-  await ring.close();
-  process.exit(0);
-}
+import { processSet, runProxiedMember, sseStream, type MemberConfig, type Spawned, type Stream } from './ring-processes.js';
 
 const TOKENS = Number(process.env.KIWI_BENCH_TOKENS ?? 64);
 const THREADS = process.env.KIWI_BENCH_THREADS ?? '1';
@@ -82,17 +51,10 @@ const SHAPE = { name: 'bench-ring', architecture: 'llama', blockCount: 8, embedd
 /** The prompts are a few tokens: the frame shape the auto policy prices. */
 const PREFILL_TOKENS = 8;
 
-interface Spawned {
-  child: ChildProcess;
-  event: (name: string, match?: (e: Record<string, unknown>) => boolean) => Promise<Record<string, unknown>>;
-  events: Array<Record<string, unknown>>;
-}
-
 async function main(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-ring-'));
   const env = { ...process.env, KIWI_CACHE_DIR: join(dir, 'cache') };
-  const children: ChildProcess[] = [];
-  const proxies: DelayProxy[] = [];
+  const { proxies, spawnNode, kiwi, stopAll } = processSet(root, env);
   const model = process.env.KIWI_MODEL ?? join(dir, 'bench-ring.gguf');
   if (process.env.KIWI_MODEL === undefined) {
     execFileSync(process.execPath, ['--import', 'tsx', 'electron/kiwi.ts', 'synth', '--shape', JSON.stringify(SHAPE), '--quant', 'q8_0', '--out', model, '--json'], { cwd: root, env, stdio: ['ignore', 'ignore', 'ignore'] });
@@ -102,73 +64,13 @@ async function main(): Promise<void> {
   const summary = summarizeModel(file);
   const hidden = summary.embedding_length;
 
-  const spawnNode = (args: string[]): Spawned => {
-    // stdin: `status` requests to the host (kiwi host reads commands there).
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
-    children.push(child);
-    const events: Array<Record<string, unknown>> = [];
-    const waiters: Array<() => void> = [];
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      try {
-        events.push(JSON.parse(line) as Record<string, unknown>);
-      } catch {
-        return;
-      }
-      for (const w of waiters.splice(0)) w();
-    });
-    const stderr: string[] = [];
-    createInterface({ input: child.stderr! }).on('line', (l) => stderr.push(l));
-    const event = async (name: string, match: (e: Record<string, unknown>) => boolean = () => true): Promise<Record<string, unknown>> => {
-      for (;;) {
-        const hit = events.find((e) => e.event === name && match(e));
-        if (hit !== undefined) return hit;
-        if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited: ${stderr.join('\n')}`);
-        await new Promise<void>((r) => {
-          waiters.push(r);
-          setTimeout(r, 200);
-        });
-      }
-    };
-    return { child, event, events };
-  };
   /** The host's status listing (its `status` stdin command). */
   const askStatus = async (p: Spawned): Promise<Record<string, unknown>> => {
     const seen = p.events.length;
     p.child.stdin!.write('status\n');
     return p.event('status', (e) => p.events.indexOf(e) >= seen);
   };
-  const kiwi = (args: string[]): Spawned => spawnNode(['electron/kiwi.ts', ...args, '--json']);
-
-  const stopAll = async (): Promise<void> => {
-    for (const c of children.splice(0)) {
-      if (c.exitCode === null && c.signalCode === null) {
-        c.kill('SIGTERM');
-        await new Promise((r) => c.once('exit', r));
-      }
-    }
-    for (const p of proxies.splice(0)) await p.close();
-  };
-
-  interface Stream { ttftMs: number; tokens: number; decodeMs: number }
-  /** One greedy SSE stream; counts content chunks as tokens (one per token). */
-  const stream = async (url: string, prompt: string, maxTokens = TOKENS): Promise<Stream> => {
-    const t0 = performance.now();
-    const res = await fetch(`${url}/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: modelId, prompt, max_tokens: maxTokens, temperature: 0, stream: true }),
-    });
-    if (!res.ok || res.body === null) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-    let first = 0;
-    let tokens = 0;
-    const decoder = new TextDecoder();
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      const n = decoder.decode(chunk, { stream: true }).split('\n').filter((l) => l.startsWith('data: {')).length;
-      if (n > 0 && first === 0) first = performance.now();
-      tokens += n;
-    }
-    return { ttftMs: first - t0, tokens, decodeMs: performance.now() - first };
-  };
+  const stream = (url: string, prompt: string, maxTokens = TOKENS): Promise<Stream> => sseStream(url, modelId, prompt, maxTokens);
 
   interface Row {
     case: string;
@@ -406,5 +308,5 @@ async function main(): Promise<void> {
   await rm(dir, { recursive: true, force: true });
 }
 
-if (process.argv[2] === '--member') await runMember(JSON.parse(process.argv[3] ?? '{}') as MemberConfig);
+if (process.argv[2] === '--member') await runProxiedMember(JSON.parse(process.argv[3] ?? '{}') as MemberConfig);
 else await main();
