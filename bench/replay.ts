@@ -92,7 +92,7 @@ async function main(): Promise<void> {
   const file = await openGguf(await modelPath());
   const shape = await modelShapeFromGguf(file, { maxPositions: CONTEXT });
   const whole = [{ start: 0, end: shape.blockCount }];
-  const chain = await buildStageChain(file, shape, whole, { threads: THREADS, accuracyLevel: 4 });
+  const chain = await buildStageChain(file, shape, whole, { threads: THREADS, accuracyLevel: 4, replayInputs: true });
   const rows: Row[] = [];
   const load = [loadavg()[0]!];
   try {
@@ -102,7 +102,7 @@ async function main(): Promise<void> {
     await chain.dispose();
   }
   const bare = await buildStageChain(file, shape, whole, { threads: THREADS, accuracyLevel: 4, replayInputs: false });
-  const withInputs = await buildStageChain(file, shape, whole, { threads: THREADS, accuracyLevel: 4 });
+  const withInputs = await buildStageChain(file, shape, whole, { threads: THREADS, accuracyLevel: 4, replayInputs: true });
   let plain: { withMs: number; withoutMs: number };
   try {
     plain = await plainSteps(withInputs, bare, 40);

@@ -40,7 +40,7 @@ afterAll(async () => {
 async function chainOf(name: string, accuracyLevel: 0 | 4, replay: ReplayMode = 'auto', replayChunkBytes?: number): Promise<StageChain> {
   const file = models[name]!;
   const shape = await modelShapeFromGguf(file, { maxPositions: CONTEXT });
-  return buildStageChain(file, shape, [{ start: 0, end: 2 }, { start: 2, end: shape.blockCount }], { threads: 1, accuracyLevel, replay, ...(replayChunkBytes !== undefined ? { replayChunkBytes } : {}) });
+  return buildStageChain(file, shape, [{ start: 0, end: 2 }, { start: 2, end: shape.blockCount }], { threads: 1, accuracyLevel, replay, replayInputs: true, ...(replayChunkBytes !== undefined ? { replayChunkBytes } : {}) });
 }
 
 const argmax = (x: Float32Array): number => x.reduce((best, v, i) => (v > x[best]! ? i : best), 0);

@@ -11,7 +11,10 @@
 // and an n-token pass (its K/V caches do not); MatMulNBits at accuracy level 0 (f32
 // activations) differs between 1 row and 2 or more (every count from 2 up agrees). So at level 4
 // the replay is exact; at level 0 it is not (a single request's decode steps ran 1-row matmuls),
-// and the decode-step replay stays the default there (replayMode 'auto').
+// and the decode-step replay stays the default there (replayMode 'auto'). The replay inputs are
+// off by default (stage.ts prepareModel: their second attention path costs memory the plan does
+// not admit); without them each stage runs a replayed row as its own decode steps, still in one
+// trip round the ring.
 import type { OrtFeeds } from '../ort/session.js';
 import { i32Tensor } from '../ort/session.js';
 import { IO } from './stage-graph.js';

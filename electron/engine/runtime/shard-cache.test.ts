@@ -83,7 +83,7 @@ describe('ShardCache', () => {
     await stage.dispose();
     const whole = new ShardCache(join(dir, 'e'));
     const key = { model: await modelFingerprint(file), ...plan, accuracyLevel: 4, maxPositions: shape.maxPositions, provider: stage.provider };
-    const graph = buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel: 4, replayInputs: true }); // as Stage.open builds it
+    const graph = buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel: 4 }); // as Stage.open builds it
     const wholeModel = await whole.store(key, file.path, graph);
     const streamedModel = await streamed.lookup(key, file.path);
     expect(streamedModel).toBeDefined();

@@ -36,6 +36,8 @@ export interface ShardKey {
   accuracyLevel: number;
   maxPositions: number;
   provider: string;
+  /** The graph has the replay inputs (stage-graph.ts replayInputs); absent: it has not. */
+  replay?: true;
 }
 
 /**

@@ -85,7 +85,7 @@ export interface StageGraphOptions {
   precision?: StagePrecision;
   /**
    * Add the replay inputs (runtime/replay.ts): a row of generated tokens then runs as their decode
-   * steps in one pass. Every run must feed them (replayFeeds). Default off; Stage.open builds with them.
+   * steps in one pass. Every run must feed them (replayFeeds). Default off (they cost memory: stage.ts prepareModel).
    */
   replayInputs?: boolean;
 }

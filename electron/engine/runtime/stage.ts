@@ -123,7 +123,7 @@ export class Stage {
     const worker = (opts.worker ?? stageWorkerEnabled()) ? startSessionWorker() : undefined;
     let prepared: PreparedModel;
     try {
-      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? true);
+      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? false);
     } catch (err) {
       await worker?.dispose();
       throw err;
@@ -361,7 +361,11 @@ async function prepareModel(
   cached: { cache: ShardCache; source: ShardSource } | undefined,
   accuracyLevel: NonNullable<StageOptions['accuracyLevel']>,
   provider: ExecutionProvider,
-  /** Default true; false (bench/replay.ts, without a cache: its key does not say) leaves the replay inputs out. */
+  /**
+   * The graph's replay inputs (stage-graph.ts). Off by default: the second attention path held about
+   * 41 MiB more RssAnon on a 3-block stage of 2048 wide (221 vs 262 MiB once open), memory the plan
+   * does not admit; without them a replayed row runs as decode steps inside each stage (replaySteps).
+   */
   replayInputs: boolean,
 ): Promise<PreparedModel> {
   // The embedding table is read while the weights are converted.
@@ -377,6 +381,7 @@ async function prepareModel(
     accuracyLevel,
     maxPositions: shape.maxPositions,
     provider,
+    ...(replayInputs ? { replay: true as const } : {}),
   };
   const found = cached && key && (await cached.cache.lookup(key, cached.source));
   if (found !== undefined) return { model: found, embedding: await embedded, source: 'cache', buildMs: 0 };
