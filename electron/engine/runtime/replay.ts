@@ -6,14 +6,14 @@
 // every other op gives a row the same result whatever the number of rows beside it.
 //
 // Measured op by op (bench/replay-ops.ts, onnxruntime 1.30 CPU): RMSNorm (with and without the
-// skip add), float MatMul and MatMulNBits at accuracy level 4 (int8 activations) give a row the
-// same bits for 1 row and for n; GroupQueryAttention's output differs between a one-token step
-// and an n-token pass (its K/V caches do not); MatMulNBits at accuracy level 0 (f32
-// activations) differs between 1 row and 2 or more (every count from 2 up agrees). So at level 4
-// the replay is exact; at level 0 it is not (a single request's decode steps ran 1-row matmuls),
-// and the decode-step replay stays the default there (replayMode 'auto'). The replay inputs are
-// off by default (stage.ts prepareModel: their second attention path costs memory the plan does
-// not admit); without them each stage runs a replayed row as its own decode steps, still in one
+// skip add) and float MatMul give a row the same bits for 1 row and for n; GroupQueryAttention's
+// output differs between a one-token step and an n-token pass (its K/V caches do not), hence the
+// per-row attention; MatMulNBits at accuracy level 0 (f32 activations) differs between 1 row and 2
+// or more everywhere; at level 4 (int8 activations) it depends on the CPU's kernels (agreeing on
+// an AVX-512 machine, 4 bits differing on an AVX2 one), so replay-exactness.ts measures it on
+// this machine, and the decode-step replay stays where it is not exact (replayMode 'auto'). The
+// replay inputs are off by default (stage.ts prepareModel: their second attention path costs
+// memory the plan does not admit); without them each stage runs a replayed row as its own decode steps, still in one
 // trip round the ring.
 import type { OrtFeeds } from '../ort/session.js';
 import { i32Tensor } from '../ort/session.js';
@@ -22,15 +22,10 @@ import { IO } from './stage-graph.js';
 /** How recovery replays generated tokens: 'steps' one decode step each; 'batched' one pass; 'auto' batched where it is exact. */
 export type ReplayMode = 'auto' | 'steps' | 'batched';
 
-/** Whether a replay of generated tokens in one pass gives the decode steps' bits, on stages of this accuracy level. */
-export function replayIsExact(accuracyLevel: 0 | 4): boolean {
-  return accuracyLevel === 4;
-}
-
-/** Whether recovery should replay in one pass: the mode, every stage's graph, and exactness. */
-export function batchedReplay(mode: ReplayMode, stagesReplay: boolean, accuracyLevel: 0 | 4): boolean {
+/** Whether recovery should replay in one pass: the mode, every stage's graph, and whether the one pass is exact here (replay-exactness.ts). */
+export function batchedReplay(mode: ReplayMode, stagesReplay: boolean, exact: boolean): boolean {
   if (!stagesReplay || mode === 'steps') return false;
-  return mode === 'batched' || replayIsExact(accuracyLevel);
+  return mode === 'batched' || exact;
 }
 
 /**

@@ -8,13 +8,14 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { KiwiError } from '../errors.js';
-import { availableProviders, createStageSession, f32Tensor, i32Tensor, tensorF32, tensorOf } from '../ort/session.js';
+import { availableProviders, createStageSession, defaultThreads, f32Tensor, i32Tensor, tensorF32, tensorOf } from '../ort/session.js';
 import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from '../ort/session.js';
 import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js';
 import { IO, attentionHeadDim, buildStageGraph, stageGraphBuilder } from './stage-graph.js';
 import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
 import { encodeModel } from '../ort/onnx-graph.js';
 import { batchedReplay, replayFeeds, type ReplayMode } from './replay.js';
+import { replayKernelsExact } from './replay-exactness.js';
 import { loadStageWeights, openStageWeights } from './stage-weights.js';
 import { RepackPool } from './weights/repack-pool.js';
 import type { StagePlan } from './stage-weights.js';
@@ -144,7 +145,10 @@ export class Stage {
       throw err;
     }
     stage.origin.sessionMs = performance.now() - t1;
-    stage.replayOnePass = batchedReplay(opts.replay ?? 'auto', stage.replays, accuracyLevel);
+    const replay = opts.replay ?? 'auto';
+    // Probed only where it decides: a graph with the replay inputs, replaying in 'auto' mode.
+    const exact = stage.replays && replay === 'auto' && (await replayKernelsExact(accuracyLevel, stage.provider, opts.threads ?? defaultThreads()));
+    stage.replayOnePass = batchedReplay(replay, stage.replays, exact);
     stage.replayChunkBytes = opts.replayChunkBytes ?? REPLAY_CHUNK_BYTES;
     return stage;
   }
