@@ -33,9 +33,16 @@ const prompt = (i: number): string => `${i} ${Array.from({ length: 20 + (i % 5) 
 async function run(procs: ProcessSet, model: string, cacheMb: number): Promise<Array<{ after: number; rssAnon: number; hwm: number }>> {
   const serve = procs.kiwi('serve', '--model', model, '--port', '0', '--parallel', '1', '--threads', '1', '--kv-cache-mb', '128', '--prompt-cache-mb', String(cacheMb), '--json');
   const url = (await waitEvent(serve, (e) => e.event === 'serving', 'the server', 180_000)).url as string;
+  const complete = (text: string): Promise<Response> =>
+    fetch(`${url}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'mem8', prompt: text, max_tokens: 8, temperature: 0 }) });
+  // `serving` comes before the model is loaded (503 until then): sample from a loaded, warmed-up process.
+  for (let r = await complete('warm up'); !r.ok; r = await complete('warm up')) {
+    if (r.status !== 503) throw new Error(`warm-up: HTTP ${r.status} ${await r.text()}`);
+    await new Promise((res) => setTimeout(res, 250));
+  }
   const samples = [{ after: 0, ...(await memMiB(serve)) }];
   for (let i = 0; i < PROMPTS; i++) {
-    const r = await fetch(`${url}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'mem8', prompt: prompt(i), max_tokens: 8, temperature: 0 }) });
+    const r = await complete(prompt(i));
     if (!r.ok) throw new Error(`request ${i}: HTTP ${r.status} ${await r.text()}`);
     await r.json();
     if ((i + 1) % EVERY === 0 || i === 0) samples.push({ after: i + 1, ...(await memMiB(serve)) });
@@ -60,7 +67,7 @@ async function main(): Promise<void> {
       const first = samples[1]!;
       const last = samples[samples.length - 1]!;
       const peak = Math.max(...samples.map((s) => s.rssAnon));
-      console.log(`prompt cache ${String(cacheMb).padStart(3)} MiB, round ${round + 1}: RssAnon after 1 request ${first.rssAnon} MiB, after ${last.after} ${last.rssAnon} MiB (+${last.rssAnon - first.rssAnon}), highest sample ${peak}, VmHWM ${last.hwm} | ${samples.map((s) => `${s.after}:${s.rssAnon}`).join(' ')}`);
+      console.log(`prompt cache ${String(cacheMb).padStart(3)} MiB, round ${round + 1}: RssAnon loaded ${samples[0]!.rssAnon}, after 1 prompt ${first.rssAnon} MiB, after ${last.after} ${last.rssAnon} MiB (+${last.rssAnon - first.rssAnon}), highest sample ${peak}, VmHWM ${last.hwm} | ${samples.map((s) => `${s.after}:${s.rssAnon}`).join(' ')}`);
     }
   }
   procs.dispose();
