@@ -6,6 +6,7 @@
 // Run: npx tsx bench/replay-ops.ts   Prints one line per op.
 import { createStageSession, f32Tensor, i32Tensor, tensorF32, type OrtTensor } from '../electron/engine/ort/session.js';
 import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engine/ort/onnx-graph.js';
+import { matmulNBitsGraph } from '../electron/engine/runtime/replay-exactness.js';
 let seed = 7;
 const rnd = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff) * 2 - 1;
 const f32 = (n: number) => Float32Array.from({ length: n }, rnd);
@@ -16,11 +17,8 @@ async function sess(g: GraphBuilder, threads: number) {
 const same = (a: Float32Array, b: Float32Array) => { let d = 0, c = 0; for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) { c++; d = Math.max(d, Math.abs(a[i]! - b[i]!)); } return c === 0 ? 'identical' : `${c}/${a.length} differ, max ${d.toExponential(2)}`; };
 async function matmulNBits(bits: 4 | 8, acc: 0 | 4, threads: number, n: number) {
   const K = 1024, N = 512, bs = 32;
-  const g = new GraphBuilder('m');
-  const x = g.input('x', 'float32', [1, 'seq', K]);
   const B = new Uint8Array(N * (K / bs) * (bs * bits) / 8).map(() => Math.floor(Math.random() * 256));
-  const y = g.op('MatMulNBits', [x, g.initializer('B', 'uint8', [N, K / bs, (bs * bits) / 8], B), g.initializer('s', 'float32', [N * K / bs], f32Bytes(f32(N * K / bs).map((v) => v * 0.01)))], { domain: MS_DOMAIN, attrs: { K, N, bits, block_size: bs, accuracy_level: acc } });
-  g.op('Identity', [y], { output: 'y' }); g.output('y', 'float32', [1, 'seq', N]);
+  const g = matmulNBitsGraph({ bits, accuracyLevel: acc, K, N, weights: B, scales: f32(N * K / bs).map((v) => v * 0.01) });
   const s = await sess(g, threads);
   const X = f32(n * K);
   const all = (await s.run({ x: f32Tensor(X, [1, n, K]) })).y!.data as Float32Array;

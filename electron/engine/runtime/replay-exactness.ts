@@ -31,21 +31,28 @@ export function replayKernelsExact(accuracyLevel: 0 | 4, provider: ExecutionProv
   return probe;
 }
 
+/** One MatMulNBits (block 32) from input `x` [1, seq, K] to output `y` [1, seq, N]; bench/replay-ops.ts times the same op. */
+export function matmulNBitsGraph(m: { bits: 4 | 8; accuracyLevel: 0 | 4; K: number; N: number; weights: Uint8Array; scales: Float32Array }): GraphBuilder {
+  const { bits, K, N } = m;
+  const g = new GraphBuilder('matmulnbits');
+  const x = g.input('x', 'float32', [1, 'seq', K]);
+  const y = g.op(
+    'MatMulNBits',
+    [x, g.initializer('B', 'uint8', [N, K / BLOCK, (BLOCK * bits) / 8], m.weights), g.initializer('scales', 'float32', [(N * K) / BLOCK], f32Bytes(m.scales))],
+    { domain: MS_DOMAIN, attrs: { K, N, bits, block_size: BLOCK, accuracy_level: m.accuracyLevel } },
+  );
+  g.op('Identity', [y], { output: 'y' });
+  g.output('y', 'float32', [1, 'seq', N]);
+  return g;
+}
+
 async function rowsAgree(bits: 4 | 8, accuracyLevel: 0 | 4, provider: ExecutionProvider, threads: number): Promise<boolean> {
   // A fixed linear congruential stream: the same weights every time.
   let seed = 7;
   const next = (): number => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
-  const g = new GraphBuilder('replay-exactness');
-  const x = g.input('x', 'float32', [1, 'seq', K]);
   const weights = Uint8Array.from({ length: (N * K * bits) / 8 }, () => Math.floor(next() * 256));
   const scales = Float32Array.from({ length: (N * K) / BLOCK }, () => (next() * 2 - 1) * 0.01);
-  const y = g.op(
-    'MatMulNBits',
-    [x, g.initializer('B', 'uint8', [N, K / BLOCK, (BLOCK * bits) / 8], weights), g.initializer('scales', 'float32', [(N * K) / BLOCK], f32Bytes(scales))],
-    { domain: MS_DOMAIN, attrs: { K, N, bits, block_size: BLOCK, accuracy_level: accuracyLevel } },
-  );
-  g.op('Identity', [y], { output: 'y' });
-  g.output('y', 'float32', [1, 'seq', N]);
+  const g = matmulNBitsGraph({ bits, accuracyLevel, K, N, weights, scales });
   const session = await createStageSession(encodeModel(g).model, { provider, threads });
   try {
     const input = Float32Array.from({ length: ROWS * K }, () => next() * 2 - 1);
