@@ -7,10 +7,18 @@ import { defineConfig } from 'vitest/config';
 const sharedModels = resolve(import.meta.dirname, '../shared/models');
 const testModels = process.env.KIWI_TEST_MODELS ?? (existsSync(sharedModels) ? sharedModels : undefined);
 
+const include = ['electron/**/*.test.ts', 'common/**/*.test.ts', 'bench/**/*.test.ts'];
+// Tests whose assertions are about measured stage times run alone, after the rest: another test
+// file loading the same cores would be a real slowdown to them (the drift monitor rightly re-plans).
+const alone = ['electron/engine/pipeline/ring.drift.process.test.ts'];
+
 // Tests sit beside the code they test (foo.ts + foo.test.ts).
 export default defineConfig({
   test: {
-    include: ['electron/**/*.test.ts', 'common/**/*.test.ts', 'bench/**/*.test.ts'],
+    projects: [
+      { extends: true, test: { name: 'parallel', include, exclude: alone, sequence: { groupOrder: 0 } } },
+      { extends: true, test: { name: 'alone', include: alone, fileParallelism: false, sequence: { groupOrder: 1 } } },
+    ],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -45,6 +45,8 @@ export interface RingPlanInput {
   measuredBlockMs?: ReadonlyMap<string, { blockMs: number; stepMs: number }>;
   /** The ring's measured cost per hop beyond the links' one-way times (stage-drift-monitor.ts hopMs), priced for every device. */
   measuredHopMs?: number | undefined;
+  /** The share of the bottleneck the re-plan may give up to keep what devices hold (stage-drift-monitor.ts moveMargin); absent: the planner's. */
+  moveMargin?: number | undefined;
   serving: ServedOrder | undefined;
   /** Layers members reported holding on disk (their stage and standby layers, standby-host.ts), by member id: planned as held. */
   standbyHolds?: ReadonlyMap<string, readonly { start: number; end: number }[]>;
@@ -95,6 +97,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     fallback: input.hostDevice,
     links: input.links,
     ...(input.measuredHopMs !== undefined ? { hopMs: input.measuredHopMs } : {}),
+    ...(input.moveMargin !== undefined ? { moveMargin: input.moveMargin } : {}),
   });
   return { plan, order: stages };
 }

@@ -6,7 +6,8 @@
 // layers, and the stream's text is exactly `kiwi generate`'s. Every device reports the fixed part of
 // a step this machine's block probe measured (`kiwi bench --model`: step_ms), so the re-plan keeps
 // it and prices only the rest per layer: that one re-plan lands, and over two more streams on
-// measured figures the ring does not re-plan again.
+// measured figures the ring does not re-plan again (a division priced from measurements is kept
+// while it stays within the drift threshold of the best). The file runs alone (vitest.config.ts).
 import { execFile } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';

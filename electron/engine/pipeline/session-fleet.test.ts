@@ -103,4 +103,23 @@ describe('the session as a fleet', () => {
     expect(fresh.plan.fetch_bytes).toBe(32 * model.blockBytes);
   });
 
+  it('keeps the held division within a re-plan\'s move margin (the drift threshold once stages were measured), and moves past it', () => {
+    // The ring after a drift re-plan on measured figures: host 0-2, ada 2-5, bob 5-8; the host is
+    // cheaper per block than the members, so the fastest division gives it more.
+    const measuredInput = (bobBlockMs: number, moveMargin: number | undefined): SessionFleetInput => ({
+      ...input([
+        { peer: 0, name: 'host', capabilities: undefined, holds: [{ start: 0, end: 2 }], blockMs: 0.68, stepMs: 1.1 },
+        { peer: 1, name: 'ada', capabilities: undefined, holds: [{ start: 2, end: 5 }], blockMs: 1.1, stepMs: 1.1 },
+        { peer: 2, name: 'bob', capabilities: undefined, holds: [{ start: 5, end: 8 }], blockMs: bobBlockMs, stepMs: 1.1 },
+      ]),
+      ...(moveMargin !== undefined ? { moveMargin } : {}),
+    });
+    const ranges = (r: ReturnType<typeof planRing>): number[][] => r.stages.map((s) => [s.peer, s.start, s.end]);
+    const held = [[0, 0, 2], [1, 2, 5], [2, 5, 8]];
+    expect(ranges(planRing(measuredInput(1.1, undefined)))).not.toEqual(held);
+    expect(ranges(planRing(measuredInput(1.1, 0.25)))).toEqual(held);
+    // bob measured three times slower: past any margin, his layers move.
+    const slow = planRing(measuredInput(3.3, 0.25));
+    expect(slow.stages.find((s) => s.peer === 2)!.end - slow.stages.find((s) => s.peer === 2)!.start).toBeLessThan(3);
+  });
 });

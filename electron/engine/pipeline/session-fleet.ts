@@ -62,6 +62,8 @@ export interface SessionFleetInput {
   links: ReadonlyArray<{ a: number; b: number; rttMs: number | undefined }>;
   /** The ring's measured cost per hop beyond the links' one-way times (stage-drift-monitor.ts): every device's hopMs. */
   hopMs?: number;
+  /** The share of the bottleneck a re-plan may give up to keep what devices hold (planner PlanOptions.moveMargin). */
+  moveMargin?: number;
 }
 
 /** The fleet and, per fleet device index, the session peer it stands for. Names are made unique. */
@@ -116,7 +118,7 @@ export interface RingStage {
 export function planRing(input: SessionFleetInput): { plan: PlanJson; stages: RingStage[] } {
   const { fleet, peers } = sessionFleet(input);
   const hostName = fleet.devices[0]!.name;
-  const result = planFleet(fleet, { currentHead: hostName, anchorMargin: Number.POSITIVE_INFINITY });
+  const result = planFleet(fleet, { currentHead: hostName, anchorMargin: Number.POSITIVE_INFINITY, ...(input.moveMargin !== undefined ? { moveMargin: input.moveMargin } : {}) });
   if (result.head !== 0) {
     throw new KiwiError(
       'PLAN_INSUFFICIENT_MEMORY',

@@ -30,8 +30,12 @@ describe('DriftMonitor', () => {
     const { events, monitor, requests, replanned } = setup();
     for (let i = 1; i < detectionStep(DEFAULT_DRIFT_OPTIONS); i++) monitor.onStep(step());
     expect(requests).toEqual([]);
+    // Plans priced from reported figures keep the planner's own move margin.
+    expect(monitor.moveMargin).toBeUndefined();
     monitor.onStep(step());
     expect(requests).toHaveLength(1);
+    // From measured ones, a division is kept while it stays within the drift threshold of the best.
+    expect(monitor.moveMargin).toBe(DEFAULT_DRIFT_OPTIONS.threshold);
     expect(requests[0]).toMatch(/^drift: bob's stage \(layers 3-8\) took 5\.00 ms per step, predicted 0\.25 ms/);
     // ms per layer: the host's 2 blocks in 2 ms, ada's 1 in 1 ms, bob's 5 in 5 ms (this plan has no fixed step part).
     const cost = (blockMs: number) => ({ blockMs, stepMs: 0 });

@@ -9,7 +9,8 @@
 // (the host's from its own first blocks), so the next plan predicts that stage at its measured time
 // whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts, as a member's
 // join is: steps in flight finish, held requests carry on bit for bit). The planner re-plans only
-// when its plan changes; once it has, the host emits `replanned` with reason `drift`, the stage,
+// when its plan changes, and once stages were measured it keeps the division served while its
+// bottleneck stays within the drift threshold of the best (moveMargin); once it has, the host emits `replanned` with reason `drift`, the stage,
 // and predicted against measured ms. The host's own stage is measured but not judged (its time
 // mixes the embedding and the head, which the plan prices separately).
 // The same steps measure the ring's per-hop cost beyond the links' one-way times (drift on or off): a step's
@@ -131,6 +132,17 @@ export class DriftMonitor {
       return { name: p.name, start, end, predictedMs: p.predictedMs!, measuredMs: medianMs, samples };
     });
     return { options: this.options, last: this.last ?? null, blockMs: this.namedBlockMs(), hopMs: this.hopMs ?? null, stages };
+  }
+
+  /**
+   * How much slower than the best a division priced from measured stage times may be and still be
+   * kept (the planner's moveMargin): the drift threshold, once a stage was measured. Two divisions
+   * closer than that differ by what the detector calls noise, so moving layers for less would
+   * re-plan on noise (a stage priced from one layer count is off by about that much at another);
+   * a stage really off by more still re-plans. Undefined: the planner's own margin.
+   */
+  get moveMargin(): number | undefined {
+    return this.detector !== undefined && this.blockMs.size > 0 ? this.detector.options.threshold : undefined;
   }
 
   /** The ring's measured cost per hop beyond the links' one-way times, once HOP_MIN_STEPS steps gave one (at least 0). */
