@@ -6,10 +6,11 @@
 // Run: npx tsx bench/serve-memory-growth.ts [--model FILE] [--prompts 48] [--rounds 2] [--cache-mb 0,64]
 // Prints a table and writes bench/results/serve-memory-growth.json. Linux only (/proc).
 import { execFile } from 'node:child_process';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
-import { isolatedCacheDir, kiwiEntry, ProcessSet, type Proc, repoRoot, waitEvent } from '../electron/engine/test-support/processes.js';
+import { kiwiEntry, ProcessSet, type Proc, repoRoot, waitEvent } from '../electron/engine/test-support/processes.js';
 
 const { values: args } = parseArgs({
   options: { model: { type: 'string' }, prompts: { type: 'string', default: '48' }, rounds: { type: 'string', default: '2' }, 'cache-mb': { type: 'string', default: '0,64' } },
@@ -55,8 +56,11 @@ async function main(): Promise<void> {
   if (process.platform !== 'linux') throw new Error('bench/serve-memory-growth.ts reads /proc: Linux only');
   const procs = new ProcessSet();
   let model = args.model;
+  // The synthesized model and the processes' shard cache live in a folder removed at the end.
+  const dir = await mkdtemp(join(tmpdir(), 'kiwi-serve-memory-'));
+  process.env.KIWI_CACHE_DIR = join(dir, 'cache');
   if (model === undefined) {
-    model = join(isolatedCacheDir('kiwi-serve-memory-')(), 'mem8.gguf');
+    model = join(dir, 'mem8.gguf');
     await promisify(execFile)(process.execPath, [...kiwiEntry(), 'synth', '--shape', JSON.stringify(SHAPE), '--quant', 'q4_0', '--out', model, '--seed', '3'], { cwd: repoRoot });
   }
   const rows: Array<{ cacheMb: number; round: number; samples: Awaited<ReturnType<typeof run>> }> = [];
@@ -71,6 +75,7 @@ async function main(): Promise<void> {
     }
   }
   procs.dispose();
+  await rm(dir, { recursive: true, force: true });
   await mkdir(join(repoRoot, 'bench/results'), { recursive: true });
   await writeFile(join(repoRoot, 'bench/results/serve-memory-growth.json'), `${JSON.stringify({ model, prompts: PROMPTS, rows }, null, 2)}\n`);
 }

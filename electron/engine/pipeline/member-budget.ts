@@ -1,11 +1,11 @@
 // Whether a member's whole-process memory budget (`kiwi join --memory-mb`, reported as
 // capabilities.memory_budget_bytes) can hold anything of the session's model: the runtime of a
-// stage process (stageOverheadBytes), one block as the runtime keeps it and that block's KV cache
+// stage process (stageOverheadAt: its fixed overhead and context scratch), one block as the runtime keeps it and that block's KV cache
 // at the session's context. A budget below that is refused at join with the figure it would need,
 // instead of being left out by the planner without a word. Pure, apart from MemberBudgets' lazy
 // read of the context.
 import { KiwiError } from '../errors.js';
-import type { ModelSizes } from '../planner/fleet.js';
+import { stageOverheadAt, type ModelSizes } from '../planner/fleet.js';
 import type { BudgetTooSmall } from './ring-protocol.js';
 
 const MIB = 2 ** 20;
@@ -22,7 +22,7 @@ export function reportedBudgetBytes(capabilities: Readonly<Record<string, unknow
  * and its share of the prompt cache.
  */
 export function oneLayerNeed(sizes: ModelSizes, context: number, concurrency = 1): { runtimeMib: number; layerMib: number; kvMib: number; neededMib: number } {
-  const runtimeMib = Math.ceil((sizes.stageOverheadBytes ?? 0) / MIB);
+  const runtimeMib = Math.ceil(stageOverheadAt(sizes, context) / MIB);
   const layerMib = Math.ceil((sizes.blockResidentBytes ?? sizes.blockBytes) / MIB);
   const kvMib = Math.ceil((sizes.kvBytesPerTokenPerLayer * context * concurrency + (sizes.promptCacheBytesPerBlock ?? 0)) / MIB);
   return { runtimeMib, layerMib, kvMib, neededMib: runtimeMib + layerMib + kvMib };

@@ -23,6 +23,13 @@ function costs(device: Omit<DeviceSpec, 'name' | 'memoryBytes'>, tier: 'measured
 }
 
 describe('stage cost', () => {
+  test("a process's own memory is its fixed overhead plus the scratch that grows with the context, taken from what the device covers", () => {
+    const sizes = { ...model, stageOverheadBytes: 200e6, scratchBytesPerPosition: 1000 };
+    const c = costs({ stepMs: 1, blockMs: 2, memoryCoversRuntime: true }, 'measured', sizes);
+    expect(c.overheadBytes).toBe(200e6 + 1000 * 256);
+    expect(c.memoryBytes).toBe(1e12 - 200e6 - 1000 * 256);
+  });
+
   test('bandwidth tier: blocks and head are priced by the packed bytes they read, plus the measured fixed step', () => {
     const c = costs({ bandwidthGBps: 10, stepMs: 1.5 }, 'bandwidth');
     expect(c.perBlock).toBeCloseTo(6, 9); // 60 MB at 10 GB/s

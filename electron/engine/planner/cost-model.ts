@@ -10,7 +10,7 @@
 // real matmul throughput. Attention's K/V reads at short positions are well under 1% of a block's
 // weights (1B: 4 KiB a position against 46 MB), so they are left out. A ring's circuit adds, per
 // edge, the link's RTT and the sending device's measured hop cost beyond it (plan.ts; DeviceSpec.hopMs).
-import type { DeviceSpec, Fleet } from './fleet.js';
+import { stageOverheadAt, type DeviceSpec, type Fleet } from './fleet.js';
 
 /**
  * Which input the costs come from, best first. One tier for the whole plan: the best that every
@@ -51,7 +51,7 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
   const { model } = fleet;
   // Resident weights (the runtime's packed form when known) plus the KV cache of every request and the block's share of the prompt cache.
   const blockMemoryBytes = (model.blockResidentBytes ?? model.blockBytes) + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency + (model.promptCacheBytesPerBlock ?? 0);
-  const overhead = model.stageOverheadBytes ?? 0;
+  const overhead = stageOverheadAt(model, fleet.context);
   const headShare = model.headBytes / model.blockBytes;
   // Bytes a token reads, in the runtime's form when known (the time tiers price reads).
   const blockRead = model.blockResidentBytes ?? model.blockBytes;

@@ -39,6 +39,8 @@ export interface ModelSizes {
   headReadBytes?: number;
   /** Memory every stage process needs besides its blocks and head (runtime baseline, scratch); absent: 0. */
   stageOverheadBytes?: number;
+  /** Scratch every stage process needs per position of context on top (a prefill chunk's attention scores); absent: 0. */
+  scratchBytesPerPosition?: number;
   /**
    * KV of cached prompt prefixes one block may hold (the host's --prompt-cache-mb bound, which every
    * stage keeps its layers' share of: pipeline/member-budget.ts promptCacheSizes); absent: 0.
@@ -137,6 +139,7 @@ const sizesSchema = z.strictObject({
   block_resident_bytes: byteCount.min(1).optional(),
   head_read_bytes: byteCount.optional(),
   stage_overhead_bytes: byteCount.optional(),
+  scratch_bytes_per_position: byteCount.optional(),
 });
 
 const ggufSchema = z.strictObject({ gguf: z.string().min(1).max(4096) });
@@ -171,6 +174,11 @@ const fleetSchema = z.strictObject({
 });
 
 type RawSizes = z.infer<typeof sizesSchema>;
+
+/** Memory a stage process needs besides its blocks and head at `context` positions: the fixed overhead and the scratch that grows with the context. */
+export function stageOverheadAt(sizes: ModelSizes, context: number): number {
+  return (sizes.stageOverheadBytes ?? 0) + (sizes.scratchBytesPerPosition ?? 0) * context;
+}
 
 /** Validates a parsed JSON value as a fleet file; throws FLEET_INVALID naming the bad field. */
 export function parseFleetFile(value: unknown): FleetFile {
@@ -232,6 +240,7 @@ export function checkModelSizes(sizes: ModelSizes): ModelSizes {
   if (sizes.blockResidentBytes !== undefined) raw.block_resident_bytes = sizes.blockResidentBytes;
   if (sizes.headReadBytes !== undefined) raw.head_read_bytes = sizes.headReadBytes;
   if (sizes.stageOverheadBytes !== undefined) raw.stage_overhead_bytes = sizes.stageOverheadBytes;
+  if (sizes.scratchBytesPerPosition !== undefined) raw.scratch_bytes_per_position = sizes.scratchBytesPerPosition;
   const parsed = sizesSchema.safeParse(raw);
   if (!parsed.success) {
     const problems = parsed.error.issues.slice(0, 5).map((issue) => `${formatPath(issue.path)}: ${issue.message}`);
@@ -262,6 +271,7 @@ function toSizes(raw: RawSizes): ModelSizes {
   if (raw.block_resident_bytes !== undefined) out.blockResidentBytes = raw.block_resident_bytes;
   if (raw.head_read_bytes !== undefined) out.headReadBytes = raw.head_read_bytes;
   if (raw.stage_overhead_bytes !== undefined) out.stageOverheadBytes = raw.stage_overhead_bytes;
+  if (raw.scratch_bytes_per_position !== undefined) out.scratchBytesPerPosition = raw.scratch_bytes_per_position;
   return out;
 }
 

@@ -7,7 +7,7 @@ import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { summarizeModel } from '../model/model-summary.js';
 import type { ModelSummary } from '../model/model-summary.js';
-import { RUNTIME_KV_BYTES_PER_ELEMENT, scratchBytes, tensorResidentBytes } from '../runtime/memory-model.js';
+import { RUNTIME_KV_BYTES_PER_ELEMENT, scratchBytes, scratchBytesPerPosition, tensorResidentBytes } from '../runtime/memory-model.js';
 import type { ModelSizes } from './fleet.js';
 
 /** The runtime keeps K and V in f32 (runtime/stage.ts): 4 bytes per element. */
@@ -77,11 +77,13 @@ export function modelSizesFromGguf(file: GgufFile): ModelSizes {
   const embedding = file.tensor('token_embd.weight');
   if (embedding !== undefined && file.tensor('output.weight') === undefined) headRead += tensorResidentBytes(embedding);
   const head = headRead + (embedding?.byteLength ?? 0);
+  const scratch = { hidden: s.embedding_length, ffn: s.feed_forward_length, heads: s.head_count, vocab: s.vocab_size };
   return {
     ...sizes,
     blockResidentBytes: Math.max(1, ...perBlock),
     headResidentBytes: head,
     headReadBytes: headRead,
-    stageOverheadBytes: RUNTIME_BASELINE_BYTES + scratchBytes({ hidden: s.embedding_length, vocab: s.vocab_size }, true),
+    stageOverheadBytes: RUNTIME_BASELINE_BYTES + scratchBytes(scratch, true),
+    scratchBytesPerPosition: scratchBytesPerPosition(scratch),
   };
 }

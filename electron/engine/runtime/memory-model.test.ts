@@ -3,7 +3,7 @@ import { openGguf } from '../model/gguf/gguf-reader.js';
 import { GgmlType } from '../model/gguf/gguf-types.js';
 import { testModelPath } from '../model/test-models.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
-import { packedBytesPerWeight, packedBytesPerWeightByName, stageResidentBytes, tensorResidentBytes } from './memory-model.js';
+import { ffnWidth, packedBytesPerWeight, packedBytesPerWeightByName, PREFILL_CHUNK_TOKENS, SCRATCH_RETENTION, scratchBytesPerPosition, stageResidentBytes, tensorResidentBytes } from './memory-model.js';
 
 describe('the runtime memory model', () => {
   test("packed bits per weight follow onnxruntime's MatMulNBits layout (data + f32 scale + f32 block sum per block)", () => {
@@ -29,5 +29,17 @@ describe('the runtime memory model', () => {
     expect(first.kv).toBe(2 * 2 * shape.kvHeads * shape.headDim * 4 * 256);
     const head = stageResidentBytes(file, shape, { start: 4, end: 5, head: true }, { kvPositions: 10 });
     expect(head.weights).toBeGreaterThan(later.weights / 2);
+  });
+
+  test("a run's scratch holds a prefill chunk's block and feed-forward buffers, and its attention scores grow with the positions", async () => {
+    const file = await openGguf(await testModelPath('stories260K.gguf'));
+    const shape = await modelShapeFromGguf(file, { maxPositions: 512 });
+    const ffn = ffnWidth(file, shape.hidden);
+    expect(ffn).toBe(file.tensor('blk.0.ffn_up.weight')!.dims[1]);
+    const at = (kvPositions: number) => stageResidentBytes(file, shape, { start: 1, end: 3, head: false }, { kvPositions }).scratch;
+    expect(at(0)).toBe(SCRATCH_RETENTION * PREFILL_CHUNK_TOKENS * 4 * (6 * shape.hidden + 4 * ffn));
+    expect(at(512) - at(256)).toBe(256 * scratchBytesPerPosition({ heads: shape.heads }));
+    const head = stageResidentBytes(file, shape, { start: 3, end: 5, head: true }, { kvPositions: 0 }).scratch;
+    expect(head - at(0)).toBe(shape.vocab * 4 * 2);
   });
 });

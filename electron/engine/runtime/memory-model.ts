@@ -110,7 +110,8 @@ export function stageResidentBytes(
   const requests = opts.requests ?? 1;
   const positions = Math.ceil(opts.kvPositions / KV_GROWTH_STEP) * KV_GROWTH_STEP;
   const kv = (plan.end - plan.start) * 2 * shape.kvHeads * shape.headDim * RUNTIME_KV_BYTES_PER_ELEMENT * positions * requests;
-  const scratch = scratchBytes(shape, plan.head);
+  const scratchShape = { hidden: shape.hidden, ffn: ffnWidth(file, shape.hidden), heads: shape.heads, vocab: shape.vocab };
+  const scratch = scratchBytes(scratchShape, plan.head) + scratchBytesPerPosition(scratchShape) * opts.kvPositions;
   return { weights, embedding, kv, scratch, total: weights + embedding + kv + scratch };
 }
 
@@ -120,7 +121,40 @@ export function stageResidentBytes(
  */
 export const PREFILL_CHUNK_TOKENS = 128;
 
-/** Activations of a run: a few hidden-sized buffers per position of a prefill chunk, plus the logits. */
-export function scratchBytes(shape: Pick<DecoderShape, 'hidden' | 'vocab'>, head: boolean): number {
-  return PREFILL_CHUNK_TOKENS * shape.hidden * 4 * 16 + (head ? shape.vocab * 4 * 2 : 0);
+/** A model's sizes that set a run's activations. */
+export interface ScratchShape {
+  hidden: number;
+  /** Feed-forward width (gate and up projections). */
+  ffn: number;
+  heads: number;
+  vocab: number;
+}
+
+/**
+ * onnxruntime's CPU arena grows in powers of two (BFC arena, kNextPowerOfTwo) and keeps what it
+ * grew to, and the allocator keeps freed buffers of the runs outside it: a serving process holds
+ * up to twice a run's peak. Measured (bench/serve-memory-growth.ts, mem8 at 512 positions): RssAnon
+ * settles 70-79 MiB above the loaded process, where one prefill chunk's peak is about 36 MiB.
+ */
+export const SCRATCH_RETENTION = 2;
+
+/**
+ * The part of a run's activations that does not grow with the context: per position of a prefill
+ * chunk, the hidden-sized buffers one block keeps live (residual, norm, q, attention output,
+ * projection, down; about 6) and the feed-forward ones (gate, up, activation, product: 4), f32,
+ * kept SCRATCH_RETENTION times; plus the head's logits.
+ */
+export function scratchBytes(shape: ScratchShape, head: boolean): number {
+  return SCRATCH_RETENTION * PREFILL_CHUNK_TOKENS * 4 * (6 * shape.hidden + 4 * shape.ffn) + (head ? shape.vocab * 4 * 2 : 0);
+}
+
+/** The part that grows with the positions a request reaches: a chunk's attention scores and probabilities, every head, f32. */
+export function scratchBytesPerPosition(shape: Pick<ScratchShape, 'heads'>): number {
+  return SCRATCH_RETENTION * PREFILL_CHUNK_TOKENS * 4 * 2 * shape.heads;
+}
+
+/** The feed-forward width of `file`'s blocks (its first ffn_up matrix's outputs; 4x hidden when it has none). */
+export function ffnWidth(file: GgufFile, hidden: number): number {
+  const up = file.tensors.find((t) => /^blk\.\d+\.ffn_up\.weight$/.test(t.name));
+  return up?.dims[1] ?? 4 * hidden;
 }
