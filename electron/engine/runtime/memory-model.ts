@@ -134,7 +134,9 @@ export interface ScratchShape {
  * onnxruntime's CPU arena grows in powers of two (BFC arena, kNextPowerOfTwo) and keeps what it
  * grew to, and the allocator keeps freed buffers of the runs outside it: a serving process holds
  * up to twice a run's peak. Measured (bench/serve-memory-growth.ts, mem8 at 512 positions): RssAnon
- * settles 70-79 MiB above the loaded process, where one prefill chunk's peak is about 36 MiB.
+ * settles 70-79 MiB above the loaded process, where one prefill chunk's peak is about 36 MiB (with
+ * glibc's MALLOC_ARENA_MAX=1 and a fixed MALLOC_MMAP_THRESHOLD_=65536, 19-35 MiB: most of the rest
+ * is freed memory the allocator keeps).
  */
 export const SCRATCH_RETENTION = 2;
 
