@@ -60,6 +60,8 @@ export interface ReplanHost {
   buildRing(): Promise<ServedRing>;
   /** The order the planner would choose over the eligible members now; throws a KiwiError when none. */
   planOrder(): readonly RingStage[];
+  /** A re-plan asked for `reason` was not made: the plan would not change. */
+  unchanged(reason: string): void;
   /** Resolves once `ready()` holds (re-checked on every change), rejects SESSION_TIMEOUT after timeoutMs. */
   until(ready: () => boolean, what: string, timeoutMs: number): Promise<void>;
   /** Wakes every until() to re-check. */
@@ -150,6 +152,7 @@ export class ReplanDriver {
       const startedAt = Date.now();
       if (!fault && !this.worthReplanning()) {
         this.reason = undefined;
+        host.unchanged(reason);
         break;
       }
       host.dispatch({ type: 'replan-started', reason, at: startedAt });

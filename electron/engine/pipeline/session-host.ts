@@ -235,6 +235,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       adopt: (ring) => void (this.ring = ring),
       buildRing: () => this.buildRing(this.eligibleMembers(), this.model!),
       planOrder: () => this.planFor(this.eligibleMembers(), this.model!).order,
+      unchanged: (reason) => this.drift.unchanged(reason),
       until: (ready, what, timeoutMs) => this.waits.until(ready, what, timeoutMs),
       poke: () => this.waits.poke(),
       activePeers: () => this.activeMembers().map((m) => m.peer),

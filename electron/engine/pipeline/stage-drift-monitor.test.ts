@@ -34,7 +34,7 @@ describe('DriftMonitor', () => {
     expect(monitor.moveMargin).toBeUndefined();
     monitor.onStep(step());
     expect(requests).toHaveLength(1);
-    // From measured ones, a division is kept while it stays within the drift threshold of the best.
+    // The re-plan it asked for keeps a division while it stays within the drift threshold of the best.
     expect(monitor.moveMargin).toBe(DEFAULT_DRIFT_OPTIONS.threshold);
     expect(requests[0]).toMatch(/^drift: bob's stage \(layers 3-8\) took 5\.00 ms per step, predicted 0\.25 ms/);
     // ms per layer: the host's 2 blocks in 2 ms, ada's 1 in 1 ms, bob's 5 in 5 ms (this plan has no fixed step part).
@@ -45,6 +45,18 @@ describe('DriftMonitor', () => {
     // A re-plan for another reason (the drift's request folded into it) is not a drift re-plan.
     events.emit('recovered', { epoch: 2, reason: 'cat joined', startedAt: 0, durationMs: 1, bytesMoved: 0, resumedRequests: 0 });
     expect(replanned).toEqual([]);
+    // Once that re-plan is done, later ones (a join) get the planner's own margin again.
+    expect(monitor.moveMargin).toBeUndefined();
+  });
+
+  it('gives up its move margin when the re-plan it asked for would not change the plan', () => {
+    const { monitor, requests } = setup();
+    for (let i = 0; i < detectionStep(DEFAULT_DRIFT_OPTIONS); i++) monitor.onStep(step());
+    expect(monitor.moveMargin).toBe(DEFAULT_DRIFT_OPTIONS.threshold);
+    monitor.unchanged('cat joined');
+    expect(monitor.moveMargin).toBe(DEFAULT_DRIFT_OPTIONS.threshold);
+    monitor.unchanged(requests[0]!);
+    expect(monitor.moveMargin).toBeUndefined();
   });
 
   it('emits `replanned` with the stage and its predicted and measured ms when the re-plan it asked for completes', () => {

@@ -9,9 +9,9 @@
 // (the host's from its own first blocks), so the next plan predicts that stage at its measured time
 // whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts, as a member's
 // join is: steps in flight finish, held requests carry on bit for bit). The planner re-plans only
-// when its plan changes, and once stages were measured it keeps the division served while its
-// bottleneck stays within the drift threshold of the best (moveMargin); once it has, the host emits `replanned` with reason `drift`, the stage,
-// and predicted against measured ms. The host's own stage is measured but not judged (its time
+// when its plan changes, and a drift re-plan keeps the division served while its bottleneck
+// stays within the drift threshold of the best (moveMargin); once it has, the host emits
+// `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's own stage is measured but not judged (its time
 // mixes the embedding and the head, which the plan prices separately).
 // The same steps measure the ring's per-hop cost beyond the links' one-way times (drift on or off): a step's
 // wall time less the host's and every member's compute and the edges' one-way times (RTT / 2), over its edges;
@@ -135,14 +135,20 @@ export class DriftMonitor {
   }
 
   /**
-   * How much slower than the best a division priced from measured stage times may be and still be
-   * kept (the planner's moveMargin): the drift threshold, once a stage was measured. Two divisions
-   * closer than that differ by what the detector calls noise, so moving layers for less would
-   * re-plan on noise (a stage priced from one layer count is off by about that much at another);
-   * a stage really off by more still re-plans. Undefined: the planner's own margin.
+   * How much slower than the best a division may be and still be kept (the planner's moveMargin)
+   * in the re-plan a drift asked for: the drift threshold. Divisions priced from measured stage
+   * times that are closer than that differ by what the detector calls noise (a stage priced from
+   * one layer count is off by about that much at another), so moving layers for less would re-plan
+   * on noise; a stage really off by more still moves. Undefined for any other re-plan (a join gets
+   * the planner's own, tighter margin).
    */
   get moveMargin(): number | undefined {
-    return this.detector !== undefined && this.blockMs.size > 0 ? this.detector.options.threshold : undefined;
+    return this.pending !== undefined && this.detector !== undefined ? this.detector.options.threshold : undefined;
+  }
+
+  /** The re-plan asked for `reason` was not made (its plan would not change): no drift re-plan is pending. */
+  unchanged(reason: string): void {
+    if (this.pending?.reason === reason) this.pending = undefined;
   }
 
   /** The ring's measured cost per hop beyond the links' one-way times, once HOP_MIN_STEPS steps gave one (at least 0). */
