@@ -8,9 +8,12 @@
 //   (a) the mechanism: drafts from an oracle (the greedy continuation of an earlier run), each
 //       token right with probability p = 1, 0.8, 0.5, k = 4 (and the adaptive k at 0.5 and 0.1);
 //   (b) the real drafter: prompt lookup on a prompt that repeats text, and on free generation,
-//       adaptive k and k = 4.
+//       adaptive k and k = 4;
+//   (c) a draft model on the host (--draft-model): stories260K as its own draft model, and its first
+//       block with the head (a weaker, cheaper draft of the same vocabulary), on free generation.
 // Every row: decode tokens/s, its ratio to no speculation (measured in the same round), acceptance,
-// and whether the text is the same as without speculation at temperature 0.
+// and whether the text is the same as without speculation at temperature 0. Drafts are verified
+// exactly (the default: each position as its decode step); rows marked `chunk` verify as one chunk.
 // Knobs: KIWI_BENCH_TOKENS (96), KIWI_BENCH_DELAYS (20,0), KIWI_BENCH_ROUNDS (3; the median is reported).
 // Run: npx tsx bench/speculative.ts   Prints tables and writes bench/results/speculative.json.
 import { randomBytes } from 'node:crypto';
@@ -27,6 +30,8 @@ import { checkStepInput } from '../electron/engine/pipeline/ring-step-input.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
 import { KvBlockPool } from '../electron/engine/runtime/kv-pool.js';
 import type { Drafter } from '../electron/engine/runtime/prompt-lookup.js';
+import { DraftModelDrafter, openDraftModel } from '../electron/engine/runtime/draft-model.js';
+import { buildStageChain } from '../electron/engine/runtime/stage-chain.js';
 import { DEFAULT_SAMPLING, Sampler } from '../electron/engine/runtime/sampling.js';
 import type { SpeculativeMode } from '../electron/engine/runtime/speculative.js';
 import { Stage, type KvCache } from '../electron/engine/runtime/stage.js';
@@ -82,7 +87,7 @@ function member(a: Assign, stage: Stage, prev: SecureLink, next: SecureLink): vo
 }
 
 interface Row {
-  part: 'a' | 'b';
+  part: 'a' | 'b' | 'c';
   delay_ms: number;
   name: string;
   speculative: string;
@@ -130,7 +135,7 @@ async function main(): Promise<void> {
     };
     // Each round runs the row's baseline (no speculation) and then the row: the ratio is taken per
     // round, so the load of a shared machine falls on both alike; medians over the rounds.
-    const measure = async (part: 'a' | 'b', name: string, prompt: string, mode: SpeculativeMode, drafterOf?: (reference: number[]) => Drafter) => {
+    const measure = async (part: 'a' | 'b' | 'c', name: string, prompt: string, mode: SpeculativeMode, drafterOf?: (reference: number[]) => Drafter) => {
       const rounds: number[] = [];
       const ratios: number[] = [];
       let last: Awaited<ReturnType<typeof generateOnce>> | undefined;
@@ -144,7 +149,7 @@ async function main(): Promise<void> {
       const tps = median(rounds);
       const s = last!.stats;
       const row: Row = {
-        part, delay_ms: delay, name, speculative: mode.kind === 'fixed' ? `k=${mode.k}` : mode.kind, tokens_per_s: tps, vs_none: median(ratios),
+        part, delay_ms: delay, name, speculative: `${mode.kind === 'fixed' ? `k=${mode.k}` : mode.kind}${mode.kind !== 'off' && mode.verify === 'chunk' ? ' chunk' : ''}`, tokens_per_s: tps, vs_none: median(ratios),
         acceptance: s?.acceptance ?? null, tokens_per_verify_step: s?.tokensPerVerifyStep ?? null,
         same_text: JSON.stringify(last!.ids) === JSON.stringify(plain!.ids), rounds,
       };
@@ -155,10 +160,17 @@ async function main(): Promise<void> {
     const vocab = shape.vocab;
     await measure('a', 'no speculation (free generation)', FREE, { kind: 'off' });
     for (const p of [1, 0.8, 0.5]) await measure('a', `oracle p=${p}`, FREE, { kind: 'fixed', k: 4 }, (ref) => new OracleDrafter(ref, p, vocab, 3));
+    await measure('a', 'oracle p=1', FREE, { kind: 'fixed', k: 4, verify: 'chunk' }, (ref) => new OracleDrafter(ref, 1, vocab, 3));
     for (const p of [0.5, 0.1]) await measure('a', `oracle p=${p}`, FREE, { kind: 'auto' }, (ref) => new OracleDrafter(ref, p, vocab, 3));
     await measure('b', 'no speculation (repeating prompt)', REPEATING, { kind: 'off' });
     for (const mode of [{ kind: 'auto' }, { kind: 'fixed', k: 4 }] as const) await measure('b', 'prompt lookup, repeating prompt', REPEATING, mode);
     for (const mode of [{ kind: 'auto' }, { kind: 'fixed', k: 4 }] as const) await measure('b', 'prompt lookup, free generation', FREE, mode);
+    const selfDraft = await openDraftModel(path, tok, { ...opts, maxPositions: CONTEXT });
+    const firstBlock = new DraftModelDrafter(await buildStageChain(file, { ...shape, blockCount: 1 }, [{ start: 0, end: 1 }], opts), 0);
+    for (const [name, drafter] of [['draft model: itself', selfDraft], ['draft model: its first block', firstBlock]] as const) {
+      for (const mode of [{ kind: 'auto' }, { kind: 'fixed', k: 4 }, { kind: 'auto', verify: 'chunk' }] as const) await measure('c', `${name}, free generation`, FREE, mode, () => drafter);
+    }
+    await Promise.all([selfDraft.dispose(), firstBlock.dispose()]);
     engine.retire(new (await import('../electron/engine/errors.js')).KiwiError('RING_REPLAN', 'benchmark over'));
     for (const l of [hostToM1, m1FromHost, m1ToM2, m2FromM1, m2ToHost, hostFromM2]) l.close('benchmark over');
   }

@@ -23,7 +23,7 @@ import { printRingEvents, printSessionEvents } from './host-events.js';
 import { eventPrinter, untilStopped, type EventPrinter } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 import { parseProviderChoice, type StageProvider } from '../engine/device/execution-providers.js';
-import { parseSpeculative } from '../engine/runtime/speculative.js';
+import { parseSpeculative, withVerify } from '../engine/runtime/speculative.js';
 
 export const hostCommand = defineCommand({
   name: 'host',
@@ -77,7 +77,9 @@ export const hostCommand = defineCommand({
     'api-key': { type: 'string', valueName: 'KEY', description: 'Require Authorization: Bearer KEY on every /v1 request (or $KIWI_API_KEY)' },
     ...API_BROWSER_OPTIONS,
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once', default: '8' },
-    speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding: off, auto (prompt-lookup drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8; drafts are verified in one trip round the ring (same tokens up to float rounding: drafts are checked as one chunk, whose attention sums in another order than decode steps)', default: 'off' },
+    speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding (default off, auto with --draft-model): off, auto (prompt-lookup or draft-model drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8; drafts are verified in one trip round the ring' },
+    'draft-model': { type: 'string', valueName: 'FILE', description: 'A small GGUF model of the same vocabulary (e.g. Llama-3.2-1B for Llama-3.1-8B) that drafts for speculative decoding (on the host, where the generation loop runs) instead of prompt lookup; output stays the model\'s own, the draft model only guesses' },
+    'speculative-verify': { type: 'string', valueName: 'exact|chunk', description: 'How drafts are checked: exact (each position as the decode step that would have made it, bit for bit; one pass where the kernels allow, else one step per position, still one trip round the ring) or chunk (as one prefill chunk: faster on one machine, but a near-tie can flip a token)', default: 'exact' },
     'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept on every stage for prompts that start the same way (each stage keeps its layers\' share, planned in its memory; 0: off)', default: '256' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a slot; more get HTTP 429', default: '64' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for the host\'s own stages (default: all cores)' },
@@ -239,6 +241,7 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
   const threadsText = stringOption(ctx, 'threads');
   const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
   const modelUrl = stringOption(ctx, 'model-url');
+  const draftModel = stringOption(ctx, 'draft-model');
   const templateOption = stringOption(ctx, 'chat-template');
   const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
   return {
@@ -252,7 +255,8 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       maxPositions: contextText !== undefined ? intOption(contextText, 'context', 2, 1_048_576) : 4096,
       maxBatch: parallel,
       promptCacheBytes: intOption(stringOption(ctx, 'prompt-cache-mb') ?? '256', 'prompt-cache-mb', 0, 1_048_576) * 1024 * 1024,
-      speculative: parseSpeculative(stringOption(ctx, 'speculative') ?? 'off'),
+      speculative: withVerify(parseSpeculative(stringOption(ctx, 'speculative') ?? (draftModel !== undefined ? 'auto' : 'off')), stringOption(ctx, 'speculative-verify')),
+      ...(draftModel !== undefined ? { draftModel } : {}),
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
     },

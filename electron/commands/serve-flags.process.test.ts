@@ -1,5 +1,6 @@
 // `kiwi serve --chat-template NAME --log-requests` as a real process: the template replaces the
-// model's own (seen through POST /apply-template) and every request prints one line.
+// model's own (seen through POST /apply-template) and every request prints one line;
+// `--draft-model` turns on speculative decoding with that drafter.
 import { afterAll, expect, test } from 'vitest';
 import { testModelPath } from '../engine/model/test-models.js';
 import { ProcessSet, waitEvent } from '../engine/test-support/processes.js';
@@ -26,4 +27,14 @@ test('an unknown --chat-template is a usage error naming the built-ins', async (
   const p = procs.kiwi('serve', '--model', model, '--port', '0', '--chat-template', 'no-such-template');
   expect(await p.exited).not.toBe(0);
   expect(p.stderr.join('\n')).toMatch(/chatml, llama3, gemma, mistral, plain/);
+});
+
+test('--draft-model turns on speculation with the draft model; /health names it as the drafter', async () => {
+  const model = await testModelPath('stories260K.gguf');
+  const p = procs.kiwi('serve', '--model', model, '--port', '0', '--threads', '1', '--draft-model', model, '--json');
+  const url = (await waitEvent(p, (e) => e.event === 'serving', 'kiwi serve', 60_000)).url as string;
+  const c = await fetch(`${url}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'Once', max_tokens: 16, temperature: 0 }) });
+  expect(c.status).toBe(200);
+  const health = (await (await fetch(`${url.replace(/\/v1$/, '')}/health`)).json()) as { speculative?: { mode: string; drafter: string } };
+  expect(health.speculative).toMatchObject({ mode: 'auto', drafter: 'draft-model' });
 });

@@ -14,7 +14,7 @@ import { booleanOption, defineCommand, stringOption } from './command.js';
 import { resolveModelArg } from './model-arg.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
-import { parseSpeculative } from '../engine/runtime/speculative.js';
+import { parseSpeculative, withVerify } from '../engine/runtime/speculative.js';
 
 const PROVIDERS: readonly ExecutionProvider[] = ['cpu', 'cuda', 'dml'];
 
@@ -39,7 +39,9 @@ export const serveCommand = defineCommand({
     parallel: { type: 'string', valueName: 'N', description: 'Requests generated at once (batched decoding)', default: '8' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a free slot; more get HTTP 429', default: '64' },
     'kv-cache-mb': { type: 'string', valueName: 'MB', description: 'KV-cache budget shared by running requests (at least one full context)', default: '1024' },
-    speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding: off, auto (prompt-lookup drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8 (same tokens up to float rounding: drafts are checked as one chunk, whose attention sums in another order than decode steps)', default: 'off' },
+    speculative: { type: 'string', valueName: 'off|auto|K', description: 'Speculative decoding (default off, auto with --draft-model): off, auto (prompt-lookup or draft-model drafts, k adapted to acceptance and step cost, none when they do not pay) or a fixed draft length 1-8' },
+    'draft-model': { type: 'string', valueName: 'FILE', description: 'A small GGUF model of the same vocabulary (e.g. Llama-3.2-1B for Llama-3.1-8B) that drafts for speculative decoding instead of prompt lookup; output stays the model\'s own, the draft model only guesses' },
+    'speculative-verify': { type: 'string', valueName: 'exact|chunk', description: 'How drafts are checked: exact (each position as the decode step that would have made it, bit for bit; one pass where the kernels allow, else one step per position, still one trip round the ring) or chunk (as one prefill chunk: faster on one machine, but a near-tie can flip a token)', default: 'exact' },
     'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept for prompts that start the same way (inside the KV-cache budget, given back when requests need it; 0: off)', default: '256' },
     provider: { type: 'string', valueName: 'EP', description: 'Execution provider: cpu, cuda or dml (default: best available)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads (default: all cores)' },
@@ -61,7 +63,8 @@ export const serveCommand = defineCommand({
     const maxQueue = intOption(stringOption(ctx, 'max-queue') ?? '64', 'max-queue', 0, 100_000);
     const kvCacheMb = intOption(stringOption(ctx, 'kv-cache-mb') ?? '1024', 'kv-cache-mb', 1, 1_048_576);
     const promptCacheMb = intOption(stringOption(ctx, 'prompt-cache-mb') ?? '256', 'prompt-cache-mb', 0, 1_048_576);
-    const speculative = parseSpeculative(stringOption(ctx, 'speculative') ?? 'off');
+    const draftModel = stringOption(ctx, 'draft-model');
+    const speculative = withVerify(parseSpeculative(stringOption(ctx, 'speculative') ?? (draftModel !== undefined ? 'auto' : 'off')), stringOption(ctx, 'speculative-verify'));
     const provider = stringOption(ctx, 'provider');
     if (provider !== undefined && !PROVIDERS.includes(provider as ExecutionProvider)) {
       throw new KiwiError('USAGE', `--provider must be one of ${PROVIDERS.join(', ')}, got '${provider}'`);
@@ -93,6 +96,7 @@ export const serveCommand = defineCommand({
         kvBudgetBytes: kvCacheMb * 1024 * 1024,
         promptCacheBytes: promptCacheMb * 1024 * 1024,
         speculative,
+        ...(draftModel !== undefined ? { draftModel } : {}),
         ...(chatTemplate !== undefined ? { chatTemplate } : {}),
       },
       api: {

@@ -12,7 +12,10 @@ import type { FlowCapabilitiesOptions } from '../device/flow-capabilities.js';
 import { flowCapabilities } from '../device/flow-capabilities.js';
 import { SessionHost, type SessionHostOptions, type SessionHostStatus } from '../pipeline/session-host.js';
 import { deviceFromCapabilities } from '../pipeline/session-fleet.js';
+import { createTokenizer } from '../model/tokenizer/tokenizer.js';
 import { modelSizesFromGguf } from '../planner/model-sizes.js';
+import { openDraftModel, type DraftModelDrafter } from '../runtime/draft-model.js';
+import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { startOpenAiServer, type OpenAiServer, type OpenAiServerOptions } from '../server/http-server.js';
 import { createHost, type HostOptions, type HostSession } from '../session/host.js';
 import { startWeightsHttp, type WeightsHttpServer } from '../pipeline/weights-http.js';
@@ -24,7 +27,11 @@ import { SessionControl } from './session-control.js';
 type HostDevice = SessionHostOptions['hostDevice'];
 
 /** Everything the ring takes besides the model file and the session (expect, settle time, wire, cache, threads...). */
-export type RingOptions = Omit<SessionHostOptions, 'modelPath' | 'modelSizes' | 'modelUrl' | 'weightsHttp' | 'session' | 'hostDevice'> & { hostDevice?: HostDevice };
+export type RingOptions = Omit<SessionHostOptions, 'modelPath' | 'modelSizes' | 'modelUrl' | 'weightsHttp' | 'session' | 'hostDevice' | 'drafter'> & {
+  hostDevice?: HostDevice;
+  /** A draft model's GGUF (--draft-model): opened before the ring forms, so a wrong file fails the start. */
+  draftModel?: string;
+};
 
 export interface HostModel {
   /** The GGUF file the ring serves. */
@@ -161,9 +168,12 @@ export async function createHostNode(opts: HostNodeOptions): Promise<HostNode> {
 async function serveRing(session: HostSession, model: HostModel, file: Pick<SessionHostOptions, 'modelPath' | 'modelSizes'>, opts: HostNodeOptions, weightsHttp: WeightsHttpServer | undefined): Promise<{ ring: SessionHost; server: OpenAiServer }> {
   // The planner prices the host's edges by its NAT, measured meanwhile against an external rendezvous.
   const [measured] = await Promise.all([model.hostDevice?.(), session.natMeasured]);
+  const { draftModel, ...ringOptions } = model.ring ?? {};
+  const drafter = draftModel !== undefined ? await openHostDrafter(draftModel, file.modelPath, ringOptions) : undefined;
   const ring = new SessionHost(session, {
     hostDevice: { memoryBytes: totalmem() },
-    ...model.ring,
+    ...ringOptions,
+    ...(drafter !== undefined ? { drafter } : {}),
     ...(measured !== undefined ? { hostDevice: measured } : {}),
     ...file,
     ...(model.url !== undefined ? { modelUrl: model.url } : {}),
@@ -180,6 +190,14 @@ async function serveRing(session: HostSession, model: HostModel, file: Pick<Sess
   }
   opts.onRing?.(ring, server);
   return { ring, server };
+}
+
+/** The draft model for the ring's head, run as the host's stages run (provider, threads, shard cache), over the ring's context. */
+async function openHostDrafter(path: string, modelPath: string, ring: Omit<RingOptions, 'draftModel'>): Promise<DraftModelDrafter> {
+  const file = await openGguf(modelPath);
+  const { cache, provider, threads } = ring;
+  const maxPositions = ring.maxPositions ?? (await modelShapeFromGguf(file)).maxPositions;
+  return openDraftModel(path, createTokenizer(file.metadata), { ...(cache !== undefined ? { cache } : {}), ...(provider !== undefined ? { provider } : {}), ...(threads !== undefined ? { threads } : {}), maxPositions });
 }
 
 /** The ring's options read from the model file: its path and layer sizes. */

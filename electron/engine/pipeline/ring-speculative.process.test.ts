@@ -1,7 +1,8 @@
 // Speculative decoding through a real ring (processes on loopback: rendezvous, host, two members):
 // drafts travel as one multi-token row, every stage verifies them in one trip and drops the
 // rejected positions before the request's next step. Greedy output must be exactly `kiwi
-// generate`'s on one machine (no speculation there), and /health shows the acceptance.
+// generate`'s on one machine (no speculation there), with prompt lookup and with a draft model on
+// the host, and /health shows the acceptance.
 import OpenAI from 'openai';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { testModelPath } from '../model/test-models.js';
@@ -50,5 +51,19 @@ describe('speculative decoding through the ring', () => {
     expect(health.speculative).toMatchObject({ mode: 4 });
     expect(health.speculative!.accepted).toBeGreaterThan(0);
     expect(health.speculative!.verify_steps).toBeGreaterThan(0);
+  }, 240_000);
+
+  it('drafts with --draft-model on the host (the model as its own draft model): free prose is drafted and the tokens stay the same', async () => {
+    const model = await testModelPath('stories260K.gguf');
+    const ring = await startRing(model, ['--draft-model', model, '--speculative', '3']);
+    const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
+    // No repeated text: prompt lookup would find nothing to draft here.
+    const prompt = 'The little dog ran to the';
+    const reference = await kiwiJson('generate', '--model', model, '--prompt', prompt, '--max-tokens', '48');
+    const completion = await client.completions.create({ model: 'stories260K', prompt, max_tokens: 48, temperature: 0 });
+    expect(completion.choices[0]?.text).toBe(reference.text);
+    const health = (await (await fetch(new URL('/health', ring.url))).json()) as { speculative?: { drafter: string; accepted: number; drafted: number } };
+    expect(health.speculative).toMatchObject({ drafter: 'draft-model' });
+    expect(health.speculative!.accepted / health.speculative!.drafted).toBeGreaterThan(0.8);
   }, 240_000);
 });

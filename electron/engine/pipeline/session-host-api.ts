@@ -5,6 +5,7 @@ import type { ExecutionProvider } from '../ort/session.js';
 import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
 import type { PlanJson } from '../planner/plan-json.js';
 import type { PrefixCacheStats } from '../runtime/prefix-cache.js';
+import type { DraftModelDrafter } from '../runtime/draft-model.js';
 import type { SpeculativeMode, SpeculativeStats } from '../runtime/speculative.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import type { HostOptions, SessionStatus } from '../session/host.js';
@@ -43,6 +44,8 @@ export interface SessionHostOptions {
   promptCacheBytes?: number;
   /** Speculative decoding through the ring (runtime/speculative.ts); default off. */
   speculative?: SpeculativeMode;
+  /** A small model of the same vocabulary that drafts on the host (runtime/draft-model.ts); the ring owns it (closes it). */
+  drafter?: DraftModelDrafter;
   provider?: ExecutionProvider;
   threads?: number;
   cache?: ShardCache;

@@ -208,6 +208,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.ring?.engine.retire(new KiwiError('SESSION_ENDED', 'The host is closing.'));
     await this.backend.close();
     await this.replans.settled();
+    await this.opts.drafter?.dispose();
     for (const s of [this.ring?.first, this.head]) await s?.dispose();
     this.ring = undefined;
     this.head = undefined;
@@ -271,9 +272,17 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       .map((m) => ({ ...m, capabilities: withPunchFiltering(m.capabilities, m.peer, this.session.status()) }));
     return planSessionRing({
       members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, measuredHopMs: this.drift.hopMs, moveMargin: this.drift.moveMargin, serving: this.ring, standbyHolds: this.standby.holds, model: this.opts.modelSizes, context: model.shape.maxPositions,
-      concurrency: this.opts.concurrency ?? 1, hostName: this.opts.hostName ?? 'host', hostDevice: this.opts.hostDevice, links: this.session.status().links,
+      concurrency: this.opts.concurrency ?? 1, hostName: this.opts.hostName ?? 'host', hostDevice: this.hostDeviceLeft(), links: this.session.status().links,
       hostCapabilities: this.session.natCapabilities,
     });
+  }
+
+  /** The host's device less what the draft model holds (the planner gives the host's stage the rest). */
+  private hostDeviceLeft(): SessionHostOptions['hostDevice'] {
+    const device = this.opts.hostDevice;
+    const drafter = this.opts.drafter;
+    if (device === undefined || drafter === undefined) return device;
+    return { ...device, memoryBytes: Math.max(0, device.memoryBytes - drafter.residentBytes) };
   }
 
   private stageOptions(): { cache?: ShardCache; provider?: ExecutionProvider; threads?: number } {
@@ -288,6 +297,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     const shape = await modelShapeFromGguf(file, maxPositions !== undefined ? { maxPositions } : {});
     const model: LoadedModel = { file, shape, fingerprint: await modelFingerprint(file) };
     this.model = model;
+    const tokenizer = createTokenizer(file.metadata);
     const ring = await this.buildRing(this.activeMembers(), model, signal);
     this.ring = ring;
     // Per position: K and V of every layer over the ring (f32), for admission.
@@ -301,9 +311,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       maxInFlight: this.opts.maxInFlight ?? ring.order.length,
       promptCacheBytes: this.opts.promptCacheBytes ?? 0,
       ...(this.opts.speculative !== undefined ? { speculative: this.opts.speculative } : {}),
+      ...(this.opts.drafter !== undefined ? { drafter: this.opts.drafter } : {}),
       onRingFault: (err) => this.replans.request(err.message, true),
     });
-    this.backend.attach({ file, tokenizer: createTokenizer(file.metadata), generator: this.generator, contextTokens: shape.maxPositions });
+    this.backend.attach({ file, tokenizer, generator: this.generator, contextTokens: shape.maxPositions });
     this.dispatch({ type: 'first-ring-served' });
     this.emit('serving');
     // Members that joined, or ran short of memory, while the first ring formed are planned now.

@@ -91,7 +91,10 @@ export interface StepRow<S> {
    * logits of all drafts + 1 positions ([drafts + 1, vocab]) for the row.
    */
   drafts?: readonly number[];
-  /** Generated tokens replayed after a re-plan (all but the last): run as decode steps, in one trip (runtime/replay.ts). */
+  /**
+   * Run as decode steps, in one trip (runtime/replay.ts): generated tokens replayed after a re-plan
+   * (all but the last), or a verify step's token and drafts (an exact verify).
+   */
   replay?: true;
 }
 
@@ -103,11 +106,15 @@ export interface StepRow<S> {
  */
 export interface SpeculationHook {
   /** Tokens guessed to follow a decoding request's history ([]: a plain step). */
-  draft(a: LoopRequest<unknown>): readonly number[];
+  draft(a: LoopRequest<unknown>): readonly number[] | Promise<readonly number[]>;
   /** Samples the verified positions (logits [drafts + 1, vocab]) and says how the request ends, if it does. */
   verify(a: LoopRequest<unknown>, logits: Float32Array, drafts: readonly number[], stepMs: number): FinishReason | undefined;
   /** A plain step of `rows` rows took `ms` (the cost a draft must beat). */
   plainStep(rows: number, ms: number): void;
+  /** The request ended (what the drafter keeps for it goes). */
+  finished(a: LoopRequest<unknown>): void;
+  /** Drafted rows run as replays (each position as its decode step, bit for bit), not as a chunk. */
+  readonly exactVerify: boolean;
 }
 
 export interface GenerationLoopOptions {
@@ -271,9 +278,10 @@ export abstract class GenerationLoop<S> {
       this.chunkLast = next !== undefined && next.pos < next.p.promptIds.length;
       // Drafts ride on a step of one row only: several rows are a batch, which the stages run one token each.
       const spec = this.loopOptions.speculation;
-      if (spec !== undefined && rows.length === 1) addDrafts(rows[0]!, spec);
+      // A drafter that runs a model drafts before the step starts; its time counts in the step's.
       const t0 = performance.now();
-      this.runStep(rows).then(
+      const drafting = spec !== undefined && rows.length === 1 ? addDrafts(rows[0]!, spec) : undefined;
+      (drafting === undefined ? this.runStep(rows) : drafting.then(() => this.runStep(rows))).then(
         (logits) => {
           this.stepEnded(batch);
           const stepMs = performance.now() - t0;
@@ -357,6 +365,7 @@ export abstract class GenerationLoop<S> {
     a.p.signal?.removeEventListener('abort', a.callbacks.onAbort);
     this.pool.release(a.reservation);
     this.prefixes?.unpin(a.id);
+    this.loopOptions.speculation?.finished(a);
     // A request that ended normally has its whole prompt in its caches: the prompt cache may keep it.
     const entry = outcome === 'stop' || outcome === 'length' ? this.prefixes?.store(a.p.promptIds) : undefined;
     if (entry !== undefined) this.keepPrefix(a, entry, a.p.promptIds.length);
@@ -426,12 +435,21 @@ function replayLength(a: LoopRequest<unknown>): number {
   return a.pos < a.p.promptIds.length ? 0 : a.history.length - 1 - a.pos;
 }
 
-/** Adds the hook's drafts to a decode row (not to a prefill or to the replay of generated tokens). */
-function addDrafts<S>(row: StepRow<S>, spec: SpeculationHook): void {
+/**
+ * Adds the hook's drafts to a decode row (not to a prefill or to the replay of generated tokens);
+ * a promise when the drafter answers later.
+ */
+function addDrafts<S>(row: StepRow<S>, spec: SpeculationHook): Promise<void> | undefined {
   const a = row.request;
-  if (a.pos < a.p.promptIds.length || a.pos !== a.history.length - 1) return;
+  if (a.pos < a.p.promptIds.length || a.pos !== a.history.length - 1) return undefined;
+  const add = (drafts: readonly number[]): void => {
+    if (drafts.length === 0) return;
+    row.tokens = [...row.tokens, ...drafts];
+    row.drafts = drafts;
+    if (spec.exactVerify) row.replay = true;
+  };
   const drafts = spec.draft(a);
-  if (drafts.length === 0) return;
-  row.tokens = [...row.tokens, ...drafts];
-  row.drafts = drafts;
+  if ('then' in drafts) return drafts.then(add);
+  add(drafts);
+  return undefined;
 }

@@ -70,7 +70,7 @@ export class BatchGenerator extends GenerationLoop<RequestCaches> {
     // Positions past `pos` are drafts a verify step rejected: dropped before the caches grow again.
     for (const r of rows) for (const c of r.request.state) if (c.length > r.request.pos) rollbackCache(c, r.request.pos);
     const drafts = rows[0]?.drafts;
-    return this.chain.step(rows.map((r) => ({ tokens: r.tokens, caches: r.request.state })), drafts !== undefined ? { logitsTail: drafts.length + 1 } : {});
+    return this.chain.step(rows.map((r) => ({ tokens: r.tokens, caches: r.request.state })), { ...(drafts !== undefined ? { logitsTail: drafts.length + 1 } : {}), ...(rows[0]?.replay === true ? { replay: true } : {}) });
   }
 }
 

@@ -5,8 +5,15 @@
 // Pure: history in, draft out.
 
 export interface Drafter {
-  /** Up to `k` tokens guessed to follow `history` (prompt + generated); [] when there is no guess. */
-  draft(history: readonly number[], k: number): number[];
+  /** What /health calls it. */
+  readonly name: string;
+  /**
+   * Up to `k` tokens guessed to follow `history` (prompt + generated); [] when there is no guess.
+   * `key` is the request (a drafter with state per request keeps it under that key until release).
+   */
+  draft(history: readonly number[], k: number, key?: object): number[] | Promise<number[]>;
+  /** The request of `key` ended. */
+  release?(key: object): void;
 }
 
 export interface PromptLookupOptions {
@@ -19,6 +26,7 @@ export interface PromptLookupOptions {
 }
 
 export class PromptLookupDrafter implements Drafter {
+  readonly name = 'prompt-lookup';
   private readonly maxNgram: number;
   private readonly minNgram: number;
   private readonly window: number;

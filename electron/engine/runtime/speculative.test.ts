@@ -16,7 +16,7 @@ import type { GenerateParams } from './generation-loop.js';
 import { KvBlockPool } from './kv-pool.js';
 import type { Drafter } from './prompt-lookup.js';
 import { DEFAULT_SAMPLING, Sampler, type SamplingOptions, type TokenLogprobs } from './sampling.js';
-import { bestDraftLength, parseSpeculative, type SpeculativeMode } from './speculative.js';
+import { bestDraftLength, parseSpeculative, withVerify, type SpeculativeMode, type SpeculativeVerify } from './speculative.js';
 import { buildStageChain, type StageChain } from './stage-chain.js';
 import { OracleDrafter } from './test-support/oracle-drafter.js';
 
@@ -112,6 +112,45 @@ function chiSquareQuantile(df: number, z: number): number {
   const a = 2 / (9 * df);
   return df * (1 - a + z * Math.sqrt(a)) ** 3;
 }
+
+describe('an exact verify', () => {
+  /** Logits of `next` fed after `prompt`: one decode step each, or one verify row ('exact' or 'chunk'). */
+  async function logitsOf(prompt: number[], next: number[], how: 'steps' | SpeculativeVerify): Promise<Float32Array[]> {
+    const caches = chain.newCaches(CONTEXT);
+    await chain.step([{ tokens: prompt, caches }]);
+    if (how === 'steps') {
+      const out: Float32Array[] = [];
+      for (const t of next) out.push(Float32Array.from((await chain.step([{ tokens: [t], caches }]))[0]!));
+      return out;
+    }
+    const rows = (await chain.step([{ tokens: next, caches }], { logitsTail: next.length, ...(how === 'exact' ? { replay: true } : {}) }))[0]!;
+    return next.map((_, i) => rows.slice(i * chain.vocab, (i + 1) * chain.vocab));
+  }
+  const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('hex');
+
+  test('gives every verified position the logits of its decode step, bit for bit, in one step', async () => {
+    const prompt = tok.encode('Once upon a time, there was a little', { addBos: true });
+    const next = tok.encode(' girl named Lily who', { addBos: false });
+    const steps = await logitsOf(prompt, next, 'steps');
+    const exact = await logitsOf(prompt, next, 'exact');
+    expect(exact.map(bits)).toEqual(steps.map(bits));
+    // The chunked verify sums attention in another order: the same tokens here, but not the same bits.
+    const chunk = await logitsOf(prompt, next, 'chunk');
+    const diff = Math.max(...chunk.map((l, i) => Math.max(...l.map((x, j) => Math.abs(x - steps[i]![j]!)))));
+    console.log(`chunked verify: largest logit difference from the decode steps ${diff.toExponential(2)}`);
+    expect(diff).toBeLessThan(1e-3);
+  });
+
+  test('is the default, and --speculative-verify chunk asks for the chunked one', async () => {
+    const plain = await run(REPEATING, { sampling: { topLogprobs: 2 } });
+    const exact = await run(REPEATING, { sampling: { topLogprobs: 2 }, speculative: { kind: 'fixed', k: 4 } });
+    expect(exact.logprobs).toEqual(plain.logprobs);
+    expect(exact.stats!.accepted).toBeGreaterThan(0);
+    expect(withVerify({ kind: 'fixed', k: 4 }, 'chunk')).toEqual({ kind: 'fixed', k: 4, verify: 'chunk' });
+    expect(withVerify({ kind: 'off' }, 'chunk')).toEqual({ kind: 'off' });
+    expect(() => withVerify({ kind: 'auto' }, 'fast')).toThrow(/exact or chunk/);
+  });
+});
 
 describe('speculative sampling keeps the target distribution', () => {
   test('the tokens after a drafted position are distributed as without speculation (two-sample chi-square, 400 seeds each)', async () => {

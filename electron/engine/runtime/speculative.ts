@@ -8,6 +8,8 @@
 // (Sampler.sampleWithDraft keeps the target distribution); the first position that rejects gives
 // the token that replaces it. The positions after it are dropped from every stage's caches before
 // the request's next step (rollbackCache; the ring's members drop what lies past a row's `pos`).
+// By default the row is verified exactly (SpeculativeVerify): it runs as a replay, each position
+// as its decode step, so the logits are bit for bit those of plain decoding.
 //
 // k adapts per request: from its measured acceptance rate (geometric model: E[tokens per step] =
 // (1 - a^(k+1)) / (1 - a)) and the measured cost of a verify step against a plain one, the k with
@@ -16,14 +18,22 @@
 // below the speed it has without speculation.
 //
 // Not speculated: scoring (forced ids, nothing to guess) and steps of several rows (a batch already
-// shares the ring's trip; a stage runs a batch one token per row). A `--draft-model` drafter
-// would be one more Drafter; only prompt lookup exists now.
+// shares the ring's trip; a stage runs a batch one token per row). `--draft-model` drafts with a
+// small model of the same vocabulary instead (draft-model.ts).
 import { KiwiError } from '../errors.js';
 import { sampleNext, type FinishReason, type LoopRequest, type SpeculationHook } from './generation-loop.js';
 import { PromptLookupDrafter, type Drafter } from './prompt-lookup.js';
 
+/**
+ * How a verify step computes its positions: `exact` (the default) as the decode steps that would
+ * have made them, bit for bit (each stage runs the row as a replay: one pass where that is exact,
+ * else one decode step per position, still in one trip round the ring); `chunk` as one prefill
+ * chunk (faster on one machine, but its attention sums in another order: a near-tie can flip).
+ */
+export type SpeculativeVerify = 'exact' | 'chunk';
+
 /** off, auto (adaptive k, at most MAX_DRAFT), or a fixed k. */
-export type SpeculativeMode = { kind: 'off' } | { kind: 'auto' } | { kind: 'fixed'; k: number };
+export type SpeculativeMode = { kind: 'off' } | { kind: 'auto'; verify?: SpeculativeVerify } | { kind: 'fixed'; k: number; verify?: SpeculativeVerify };
 
 export const MAX_DRAFT = 8;
 
@@ -35,6 +45,14 @@ export function parseSpeculative(text: string): SpeculativeMode {
   const k = Number(t);
   if (Number.isInteger(k) && k >= 1 && k <= MAX_DRAFT) return { kind: 'fixed', k };
   throw new KiwiError('USAGE', `--speculative takes off, auto or a draft length 1..${MAX_DRAFT}, not '${text}'`);
+}
+
+/** Parses `--speculative-verify exact|chunk` into a mode (off stays off). */
+export function withVerify(mode: SpeculativeMode, text: string | undefined): SpeculativeMode {
+  if (text === undefined) return mode;
+  const t = text.trim().toLowerCase();
+  if (t !== 'exact' && t !== 'chunk') throw new KiwiError('USAGE', `--speculative-verify takes exact or chunk, not '${text}'`);
+  return mode.kind === 'off' ? mode : { ...mode, verify: t };
 }
 
 /** What /health shows of speculation. */
@@ -80,12 +98,16 @@ export class SpeculativeDecoding implements SpeculationHook {
     private readonly drafter: Drafter = new PromptLookupDrafter(),
   ) {}
 
+  get exactVerify(): boolean {
+    return this.mode.verify !== 'chunk';
+  }
+
   /** Whether a request may be speculated at all (see the header). */
   static eligible(a: LoopRequest<unknown>): boolean {
     return a.p.sampler.options.forcedIds === undefined;
   }
 
-  draft(a: LoopRequest<unknown>): readonly number[] {
+  draft(a: LoopRequest<unknown>): readonly number[] | Promise<readonly number[]> {
     if (!SpeculativeDecoding.eligible(a)) return [];
     const s = this.statsOf(a);
     // At most what the request may still generate, less the token the step gives anyway.
@@ -95,10 +117,13 @@ export class SpeculativeDecoding implements SpeculationHook {
       s.plainSteps++;
       return [];
     }
-    const drafts = this.drafter.draft(a.history, k);
-    if (drafts.length > 0) s.plainSteps = 0;
-    else s.plainSteps++;
-    return drafts;
+    const drafts = this.drafter.draft(a.history, k, a);
+    // A drafter that fails (a draft model's run) costs the step its drafts, not the request.
+    return Array.isArray(drafts) ? counted(s, drafts) : drafts.then((d) => counted(s, d), () => counted(s, []));
+  }
+
+  finished(a: LoopRequest<unknown>): void {
+    this.drafter.release?.(a);
   }
 
   verify(a: LoopRequest<unknown>, logits: Float32Array, drafts: readonly number[], stepMs: number): FinishReason | undefined {
@@ -117,6 +142,10 @@ export class SpeculativeDecoding implements SpeculationHook {
     a.pos -= drafts.length - accepted;
     this.observe(a, drafts.length, accepted, stepMs);
     return outcome;
+  }
+
+  get drafterName(): string {
+    return this.drafter.name;
   }
 
   plainStep(rows: number, ms: number): void {
@@ -176,6 +205,13 @@ export class SpeculativeDecoding implements SpeculationHook {
   }
 }
 
+/** Counts a request's plain steps since its last draft (the probe clock). */
+function counted(s: RequestStats, drafts: number[]): number[] {
+  if (drafts.length > 0) s.plainSteps = 0;
+  else s.plainSteps++;
+  return drafts;
+}
+
 /**
  * The k in 1..maxK with the most tokens per unit of time, for a per-token acceptance `alpha` and a
  * verify step of k drafts that costs 1 + k * draftCost plain steps; 0 when none gains MIN_GAIN.
@@ -207,7 +243,7 @@ export function speculativeHealth(s: SpeculativeDecoding | undefined): Record<st
   const t = s.stats();
   return {
     speculative: {
-      mode: t.mode, drafter: 'prompt-lookup', verify_steps: t.verifySteps, drafted: t.drafted, accepted: t.accepted,
+      mode: t.mode, verify: s.exactVerify ? 'exact' : 'chunk', drafter: s.drafterName, verify_steps: t.verifySteps, drafted: t.drafted, accepted: t.accepted,
       acceptance: t.acceptance, tokens_per_verify_step: t.tokensPerVerifyStep, draft_cost: t.draftCost,
     },
   };

@@ -224,8 +224,10 @@ export class Stage {
     const tail = opts.logitsTail ?? 1;
     if (tail !== 1 && !(this.verifies && Number.isInteger(tail) && tail >= 1 && tail <= seq)) throw new Error(`forward: logits of the last ${tail} of ${seq} positions need a head that verifies`);
     if (opts.replay === true) {
-      if (batch !== 1 || tail !== 1 || opts.hiddenNorm === true) throw new Error('forward: a replay is one row, without hidden norms or a logits tail');
-      return this.replayOnePass ? this.replayChunks(x, caches[0]!, seq) : this.replaySteps(x, caches[0]!, seq);
+      if (batch !== 1 || opts.hiddenNorm === true) throw new Error('forward: a replay is one row, without hidden norms');
+      // The logits of several positions (an exact verify of drafts) come from decode steps: the probe
+      // that makes a one-pass replay exact covers the blocks' quantized matmuls, not the head's projection.
+      return this.replayOnePass && tail === 1 ? this.replayChunks(x, caches[0]!, seq) : this.replaySteps(x, caches[0]!, seq, tail);
     }
     return this.run(x, caches, batch, seq, opts.hiddenNorm === true, tail);
   }
@@ -250,15 +252,21 @@ export class Stage {
     return last!.kind === 'logits' ? last! : { kind: 'hidden', hidden: out };
   }
 
-  /** A replay where one pass is not exact (runtime/replay.ts): one decode step per position, here, without ring trips. */
-  private async replaySteps(x: Float32Array, cache: KvCache, seq: number): Promise<StageOutput> {
-    const { hidden } = this.shape;
+  /**
+   * A replay where one pass is not exact (runtime/replay.ts): one decode step per position, here,
+   * without ring trips. A head returns the logits of the last `tail` positions, [tail, vocab].
+   */
+  private async replaySteps(x: Float32Array, cache: KvCache, seq: number, tail = 1): Promise<StageOutput> {
+    const { hidden, vocab } = this.shape;
     const out = new Float32Array(seq * hidden);
+    const logits = tail > 1 ? new Float32Array(tail * vocab) : undefined;
     let last: StageOutput | undefined;
     for (let j = 0; j < seq; j++) {
       last = await this.run(x.subarray(j * hidden, (j + 1) * hidden), [cache], 1, 1);
       if (last.kind === 'hidden') out.set(last.hidden, j * hidden);
+      else if (logits !== undefined && j >= seq - tail) logits.set(last.logits, (j - seq + tail) * vocab);
     }
+    if (logits !== undefined) return { kind: 'logits', logits };
     if (last === undefined || last.kind === 'logits') return last ?? { kind: 'hidden', hidden: out };
     return { kind: 'hidden', hidden: out };
   }

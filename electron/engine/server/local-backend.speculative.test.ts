@@ -17,4 +17,17 @@ describe('GET /health', () => {
       }
     }
   });
+
+  test('names the draft model as the drafter; a draft model that cannot be opened fails the load, with its reason', async () => {
+    const path = await testModelPath('stories260K.gguf');
+    const backend = await LocalBackend.open(path, { speculative: { kind: 'auto' }, draftModel: path, maxPositions: 128, threads: 1 });
+    try {
+      expect(backend.health().speculative).toMatchObject({ mode: 'auto', drafter: 'draft-model' });
+    } finally {
+      await backend.close();
+    }
+    const broken = new LocalBackend(path, { speculative: { kind: 'auto' }, draftModel: `${path}.missing`, maxPositions: 128, threads: 1 });
+    await expect(broken.load()).rejects.toMatchObject({ code: 'FILE_NOT_FOUND', message: expect.stringMatching(/^--draft-model .*\.missing: /) });
+    expect(broken.status()).toBe('unavailable');
+  });
 });

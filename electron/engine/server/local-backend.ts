@@ -10,6 +10,7 @@ import { KvBlockPool } from '../runtime/kv-pool.js';
 import { promptCacheHealth } from '../runtime/prefix-cache.js';
 import { speculativeHealth, type SpeculativeMode } from '../runtime/speculative.js';
 import { openLocalModel } from '../runtime/local-model.js';
+import { openDraftModel, type DraftModelDrafter } from '../runtime/draft-model.js';
 import type { LocalModel, LocalModelOptions } from '../runtime/local-model.js';
 import { attentionHeadDim } from '../runtime/stage-graph.js';
 import { fimTokensOf, preparePrompt, streamGeneration, type RunningGenerations } from '../completion/backend-stream.js';
@@ -30,6 +31,8 @@ export interface LocalBackendOptions extends LocalModelOptions {
   promptCacheBytes?: number;
   /** Speculative decoding (runtime/speculative.ts); default off. */
   speculative?: SpeculativeMode;
+  /** A small model of the same vocabulary that drafts for speculative decoding (runtime/draft-model.ts). */
+  draftModel?: string;
   /** A Jinja chat template that replaces the model's (kiwi serve --chat-template). */
   chatTemplate?: string;
 }
@@ -42,6 +45,7 @@ interface Loaded {
   template: ChatTemplate;
   pool: KvBlockPool;
   generator: BatchGenerator;
+  drafter: DraftModelDrafter | undefined;
 }
 
 export class LocalBackend implements CompletionBackend {
@@ -78,8 +82,19 @@ export class LocalBackend implements CompletionBackend {
       this.state = 'unavailable';
       throw err;
     }
+    let drafter: DraftModelDrafter | undefined;
+    try {
+      // The draft model runs as the model does (provider, threads, shard cache), whole and over the same context.
+      const { split: _split, ...stageOptions } = this.opts;
+      if (this.opts.draftModel !== undefined) drafter = await openDraftModel(this.opts.draftModel, model.tokenizer, { ...stageOptions, maxPositions: model.chain.maxPositions });
+    } catch (err) {
+      this.state = 'unavailable';
+      await model.dispose();
+      throw err;
+    }
     if (this.state !== 'starting') {
       // close() was called while the model loaded.
+      await drafter?.dispose();
       await model.dispose();
       throw new KiwiError('API_SHUTTING_DOWN', 'the backend was closed while the model was loading');
     }
@@ -96,7 +111,13 @@ export class LocalBackend implements CompletionBackend {
           ? compileChatTemplate(this.opts.chatTemplate, 'model', chatTokensOf(model.tokenizer)) // an override counts as the model's own
           : chatTemplateForModel(model.file.metadata, chatTokensOf(model.tokenizer)),
       pool,
-      generator: new BatchGenerator(model.chain, pool, { maxBatch: this.opts.maxBatch ?? 8, promptCacheBytes: this.opts.promptCacheBytes ?? 0, ...(this.opts.speculative !== undefined ? { speculative: this.opts.speculative } : {}) }),
+      generator: new BatchGenerator(model.chain, pool, {
+        maxBatch: this.opts.maxBatch ?? 8,
+        promptCacheBytes: this.opts.promptCacheBytes ?? 0,
+        ...(this.opts.speculative !== undefined ? { speculative: this.opts.speculative } : {}),
+        ...(drafter !== undefined ? { drafter } : {}),
+      }),
+      drafter,
     };
     this.createdAt = Math.floor(Date.now() / 1000);
     this.state = 'serving';
@@ -210,6 +231,7 @@ export class LocalBackend implements CompletionBackend {
     await Promise.all(this.running.values());
     await this.encoder?.close();
     this.encoder = undefined;
+    await loaded?.drafter?.dispose();
     await loaded?.model.dispose();
   }
 

@@ -6,6 +6,7 @@ import type { Drafter } from '../prompt-lookup.js';
 import { Rng } from '../sampling.js';
 
 export class OracleDrafter implements Drafter {
+  readonly name = 'oracle';
   private readonly rng: Rng;
   /** Draft tokens handed out, and how many of them were the reference's. */
   drafted = 0;
