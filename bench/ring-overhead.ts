@@ -6,7 +6,9 @@
 // way. A stream's decode time per token is measured through the OpenAI API (SSE, greedy, median of
 // KIWI_BENCH_ROUNDS streams); the sum of one-way delays is what the proxies add (delay x ring links
 // through a proxy; loopback's own latency counts as overhead); the overhead per hop =
-// (ring ms/token - compute-only ms/token - sum of one-way delays) / 3.
+// (ring ms/token - compute-only ms/token - sum of one-way delays) / 3. A second figure takes the
+// links' one-way delay as measured through a proxy of the same delay (proxyOneWayMs: the proxy's
+// own TCP hop through this process and its timer's precision), which is the link a ring gets here.
 // Members run in this file's member mode (`kiwi join` that advertises the proxy's address), and
 // every process runs without ICE: a UDP link would go round the TCP proxy.
 // Models: stories260K ($KIWI_TEST_MODELS or /work/shared/models), and a `kiwi synth` Llama-family
@@ -18,8 +20,10 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { startDelayProxy } from '../electron/engine/test-support/delay-proxy.js';
 import { decodeFrame, FrameType } from '../electron/engine/transport/frame-codec.js';
 import { SecureChannel } from '../electron/engine/transport/secure-channel.js';
@@ -45,6 +49,9 @@ interface Row {
   /** The one-way delay the proxies add over the ring: delay x ring links through a proxy. */
   oneWaySumMs: number;
   overheadPerHopMs: number;
+  /** The same with the links' one-way delay as measured through a proxy of that delay (its own hop and timer included). */
+  measuredOneWaySumMs?: number;
+  overheadPerHopBeyondMeasuredMs?: number;
   /** The ring links' RTTs and kinds as the host measured them when they came up. */
   linkRttsMs: number[];
   linkKinds?: string[];
@@ -86,6 +93,34 @@ async function hopSoftwareUs(hidden: number): Promise<Record<string, number>> {
     parts.setImmediate!.push(performance.now() - t);
   }
   return Object.fromEntries(Object.entries(parts).map(([k, v]) => [k, median(v) * 1000]));
+}
+
+/**
+ * One-way ms of a link through a delay proxy of `delayMs`, as the ring's links get it (median of
+ * 100 small chunks, a little apart, between two sockets in this process; the proxy's own TCP hop
+ * and timer precision included): what "the link's one-way delay" is here.
+ */
+async function proxyOneWayMs(delayMs: number): Promise<number> {
+  const arrivals: number[] = [];
+  const server = createServer((s) => {
+    s.setNoDelay(true);
+    // Newline-ended send times: chunks that arrive together in one read are still counted apart.
+    createInterface({ input: s }).on('line', (sentAt) => arrivals.push(performance.now() - Number(sentAt)));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const proxy = await startDelayProxy({ target: { host: '127.0.0.1', port: (server.address() as AddressInfo).port }, delayMs });
+  const client = connect({ host: '127.0.0.1', port: proxy.port });
+  client.setNoDelay(true);
+  await new Promise((r) => client.once('connect', r));
+  for (let i = 0; i < 100; i++) {
+    client.write(`${performance.now()}\n`);
+    await new Promise((r) => setTimeout(r, 5 + (i % 7)));
+  }
+  await new Promise((r) => setTimeout(r, delayMs + 50));
+  client.destroy();
+  await proxy.close();
+  await new Promise((r) => server.close(r));
+  return median(arrivals);
 }
 
 async function main(): Promise<void> {
@@ -196,9 +231,12 @@ async function main(): Promise<void> {
         await stopAll();
         // The delay the proxies add (loopback's own latency counts as overhead: it is the links' cost here).
         const oneWay = (delayMs ?? 0) * ring.proxied;
+        const measuredOneWay = delayMs === null ? 0 : (await proxyOneWayMs(delayMs)) * ring.proxied;
         rows.push({
           model: modelId, case: delayMs === null ? 'ring 3 stages, direct' : `ring 3 stages, proxy ${delayMs} ms`, delayMs, msPerToken: ms, computeMsPerToken: compute,
-          oneWaySumMs: oneWay, overheadPerHopMs: (ms - compute - oneWay) / HOPS, linkRttsMs: ring.rtts, linkKinds: ring.kinds, proxiedLinks: ring.proxied,
+          oneWaySumMs: oneWay, overheadPerHopMs: (ms - compute - oneWay) / HOPS,
+          measuredOneWaySumMs: measuredOneWay, overheadPerHopBeyondMeasuredMs: (ms - compute - measuredOneWay) / HOPS,
+          linkRttsMs: ring.rtts, linkKinds: ring.kinds, proxiedLinks: ring.proxied,
           cpuMsPerToken: m.cpuMsPerToken, cpuOverheadPerHopMs: (m.cpuMsPerToken - single.cpuMsPerToken) / HOPS,
         });
         console.error(JSON.stringify(rows.at(-1)));
@@ -211,12 +249,12 @@ async function main(): Promise<void> {
   const software = { hidden64: await hopSoftwareUs(64), hidden512: await hopSoftwareUs(512) };
   const load = loadavg().map((l) => l.toFixed(2)).join(' ');
   console.log(`${TOKENS} tokens per stream, median of ${ROUNDS}, ${THREADS} thread(s) per process, loopback; load average at the end ${load}; ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-  console.log('| model | case | ms/token | compute-only ms/token | added one-way delay ms (links proxied) | overhead per hop ms | CPU ms/token (all processes) | CPU overhead per hop ms | link RTTs ms (kind) | within 2 ms/hop |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  console.log('| model | case | ms/token | compute-only ms/token | added one-way delay ms (links proxied) | overhead per hop ms | measured one-way sum ms | overhead per hop beyond it ms | CPU ms/token (all processes) | CPU overhead per hop ms | link RTTs ms (kind) | within 2 ms/hop |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
     const ring = r.linkRttsMs.length > 0;
     const links = r.linkRttsMs.map((x, i) => `${x.toFixed(1)}${r.linkKinds?.[i] === 'direct' ? '' : ` ${r.linkKinds?.[i] ?? '?'}`}`).join(', ');
-    console.log(`| ${r.model} | ${r.case} | ${r.msPerToken.toFixed(2)} | ${r.computeMsPerToken.toFixed(2)} | ${ring ? `${r.oneWaySumMs.toFixed(0)} (${r.proxiedLinks ?? 0})` : '-'} | ${ring ? r.overheadPerHopMs.toFixed(2) : '-'} | ${r.cpuMsPerToken.toFixed(2)} | ${ring ? r.cpuOverheadPerHopMs.toFixed(2) : '-'} | ${links || '-'} | ${ring ? (r.overheadPerHopMs <= 2 ? 'yes' : 'no') : '-'} |`);
+    console.log(`| ${r.model} | ${r.case} | ${r.msPerToken.toFixed(2)} | ${r.computeMsPerToken.toFixed(2)} | ${ring ? `${r.oneWaySumMs.toFixed(0)} (${r.proxiedLinks ?? 0})` : '-'} | ${ring ? r.overheadPerHopMs.toFixed(2) : '-'} | ${r.measuredOneWaySumMs?.toFixed(1) ?? '-'} | ${r.overheadPerHopBeyondMeasuredMs?.toFixed(2) ?? '-'} | ${r.cpuMsPerToken.toFixed(2)} | ${ring ? r.cpuOverheadPerHopMs.toFixed(2) : '-'} | ${links || '-'} | ${ring ? (r.overheadPerHopMs <= 2 ? 'yes' : 'no') : '-'} |`);
   }
   console.log('\none hop in software, us per one-token frame (median of 2000, one process):');
   for (const [width, parts] of Object.entries(software)) console.log(`  ${width}: ${Object.entries(parts).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ')}`);

@@ -57,10 +57,12 @@ export interface ProcessSet {
 }
 
 export function processSet(root: string, env: NodeJS.ProcessEnv): ProcessSet {
+  // KIWI_BENCH_NODE_ARGS: extra node flags for every process, e.g. `--cpu-prof --cpu-prof-dir=DIR` (not allowed in NODE_OPTIONS).
+  const nodeArgs = (env.KIWI_BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
   const children: ChildProcess[] = [];
   const proxies: DelayProxy[] = [];
   const spawnNode = (args: string[]): Spawned => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', ...args], { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
     children.push(child);
     const events: Array<Record<string, unknown>> = [];
     const waiters: Array<() => void> = [];

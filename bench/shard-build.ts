@@ -229,6 +229,7 @@ async function compare(other: string): Promise<void> {
     }
   }
   const out = join(ROOT, 'bench/results/shard-build.json');
+  await mkdir(join(ROOT, 'bench/results'), { recursive: true });
   const previous = JSON.parse(await readFile(out, 'utf8').catch(() => '{}')) as Record<string, unknown>;
   previous[`compare-${LABEL}`] = { date: new Date().toISOString(), threads: THREADS, load: os.loadavg()[0], rounds, results };
   await writeFile(out, JSON.stringify(previous, null, 1));
@@ -256,6 +257,7 @@ async function main(): Promise<void> {
     console.log(`| ${r.quant} | ${f(r.ggufMB)} | ${f(r.coldOpenMs)} | ${f(r.coldMBps)} | ${f(r.coldBuildMs)} | ${f(r.coldSessionMs)} | ${f(p.readMs)} | ${f(p.convertMs)} | ${f(p.writeMs)} | ${f(p.otherMs)} | ${f(p.finishMs)} | ${f(p.sessionCreateMs)} | ${f(p.firstStepMs)} | ${f(r.cacheOpenMs)} |`);
   }
   const out = join(ROOT, 'bench/results/shard-build.json');
+  await mkdir(join(ROOT, 'bench/results'), { recursive: true });
   const previous = JSON.parse(await readFile(out, 'utf8').catch(() => '{}')) as Record<string, unknown>;
   previous[LABEL] = { date: new Date().toISOString(), threads: THREADS, load: os.loadavg()[0], rows };
   await writeFile(out, JSON.stringify(previous, null, 1));

@@ -165,6 +165,8 @@ export const RingKind = { STEP: 1, EVENT: 2 } as const;
  */
 export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216), from: requestId.optional(), replay: z.literal(true).optional() });
 export type StepRow = z.infer<typeof StepRow>;
+/** Built once: a zod schema costs far more to build than to run, and this one runs on every hop of every step. */
+const StepRows = z.array(StepRow).max(4096);
 
 export const RingEvent = z.discriminatedUnion('type', [
   /**
@@ -216,7 +218,7 @@ export function parseStepMetadata(metadata: Record<string, string>, batch: numbe
   } catch {
     throw new KiwiError('RING_PROTOCOL', 'A step frame has no valid rows.');
   }
-  const parsed = parsePipelineBody(z.array(StepRow).max(4096), rows);
+  const parsed = parsePipelineBody(StepRows, rows);
   if (parsed.length !== batch) throw new KiwiError('RING_PROTOCOL', `A step frame names ${parsed.length} requests for a batch of ${batch}.`);
   return { epoch, step, rows: parsed };
 }

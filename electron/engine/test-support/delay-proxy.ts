@@ -46,6 +46,8 @@ export interface DelayProxy {
 }
 
 const DEFAULT_MAX_QUEUED = 16 * 1024 * 1024;
+/** How long before a chunk's due time the proxy stops sleeping on a timer and polls. */
+const SPIN_MS = 2;
 
 function checkDelay(delayMs: number, jitterMs: number): void {
   if (!Number.isFinite(delayMs) || delayMs < 0 || !Number.isFinite(jitterMs) || jitterMs < 0) {
@@ -147,7 +149,8 @@ function relay(from: Socket, to: Socket, holdMs: () => number, maxQueued: number
   const queue: Array<{ dueAt: number; chunk: Buffer | null }> = [];
   let queuedBytes = 0;
   let lastDue = 0;
-  let timer: NodeJS.Timeout | undefined;
+  /** Cancels the pending wake-up, when one is pending. */
+  let timer: (() => void) | undefined;
   const flush = (): void => {
     timer = undefined;
     const now = performance.now();
@@ -162,7 +165,19 @@ function relay(from: Socket, to: Socket, holdMs: () => number, maxQueued: number
       to.write(chunk);
     }
     if (from.isPaused() && queuedBytes < maxQueued / 2 && !from.destroyed) from.resume();
-    if (queue.length > 0) timer = setTimeout(flush, Math.max(0, queue[0]!.dueAt - now));
+    if (queue.length > 0) arm(queue[0]!.dueAt - now);
+  };
+  // A timer fires on the loop's millisecond clock, a millisecond or more late, and one that fires a
+  // fraction early re-arms for at least 1 ms more: the last SPIN_MS are waited out on setImmediate,
+  // so a chunk leaves within a fraction of a millisecond of its due time (netem's precision).
+  const arm = (wait: number): void => {
+    if (wait > SPIN_MS + 0.5) {
+      const t = setTimeout(flush, wait - SPIN_MS);
+      timer = () => clearTimeout(t);
+    } else {
+      const i = setImmediate(flush);
+      timer = () => clearImmediate(i);
+    }
   };
   const push = (chunk: Buffer | null): void => {
     // max() keeps the order when jitter draws a shorter hold than the chunk ahead got.
@@ -172,7 +187,7 @@ function relay(from: Socket, to: Socket, holdMs: () => number, maxQueued: number
     // Due now (a 0 ms delay): forwarded at once, not after a timer's 1 ms minimum.
     const wait = queue[0]!.dueAt - performance.now();
     if (wait <= 0) flush();
-    else timer = setTimeout(flush, wait);
+    else arm(wait);
   };
   from.on('data', (chunk: Buffer) => {
     queuedBytes += chunk.length;
@@ -181,7 +196,7 @@ function relay(from: Socket, to: Socket, holdMs: () => number, maxQueued: number
   });
   from.once('end', () => push(null));
   to.once('close', () => {
-    clearTimeout(timer);
+    timer?.();
     queue.length = 0;
   });
 }
