@@ -4,7 +4,7 @@
 // effective bandwidth over the GGUF-equivalent bytes (Q4_0: 4.5 bits, Q8_0: 8.5 bits per weight),
 // at the median and at the best run (the best is what a quiet machine gives).
 // Run: npx tsx bench/matmulnbits.ts   Env: KIWI_MM_VARIANTS (bits:block:accuracy list, e.g.
-// "4:32:4,4:64:4"), KIWI_MM_PAIRS (default 24: ~450 MB at 4 bits, past this CPU's 300 MiB L3),
+// "4:32:4,4:64:4"; a fourth field `zp` adds uint8 zero points, as the fast layout has), KIWI_MM_PAIRS (default 24: ~450 MB at 4 bits, past this CPU's 300 MiB L3),
 // KIWI_MM_ROUNDS (5). Writes bench/results/matmulnbits.json.
 import * as ort from 'onnxruntime-node';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -16,9 +16,9 @@ import { GraphBuilder, MS_DOMAIN, encodeModel, f32Bytes } from '../electron/engi
 const PAIRS = Number(process.env.KIWI_MM_PAIRS ?? 24);
 const ROUNDS = Number(process.env.KIWI_MM_ROUNDS ?? 5);
 const RUNS = 10;
-const variants = (process.env.KIWI_MM_VARIANTS ?? '4:32:4,4:64:4,4:128:4,4:32:0,8:32:4').split(',').map((v) => {
-  const [bits, block, acc] = v.split(':').map(Number) as [number, number, number];
-  return { name: v, bits, block, acc };
+const variants = (process.env.KIWI_MM_VARIANTS ?? '4:32:4,4:64:4,4:128:4,4:128:4:zp,4:32:0,8:32:4').split(',').map((v) => {
+  const [bits, block, acc] = v.split(':').slice(0, 3).map(Number) as [number, number, number];
+  return { name: v, bits, block, acc, zp: v.endsWith(':zp') };
 });
 
 function rand(n: number, seed: number): Uint8Array {
@@ -31,7 +31,7 @@ function rand(n: number, seed: number): Uint8Array {
   return out;
 }
 
-function build(bits: number, block: number, acc: number): Uint8Array {
+function build(bits: number, block: number, acc: number, zp: boolean): Uint8Array {
   const g = new GraphBuilder('mm');
   let x = g.input('x', 'float32', [1, 1, 2048]);
   const lin = (input: string, n: number, k: number, name: string): string => {
@@ -41,6 +41,7 @@ function build(bits: number, block: number, acc: number): Uint8Array {
       input,
       g.initializer(`${name}.B`, 'uint8', [n, blocks, (block * bits) / 8], rand((n * k * bits) / 8, n + k + name.length * 7919)),
       g.initializer(`${name}.s`, 'float32', [n * blocks], f32Bytes(scales)),
+      ...(zp ? [g.initializer(`${name}.zp`, 'uint8', [n * Math.ceil((blocks * bits) / 8)], rand(n * Math.ceil((blocks * bits) / 8), n + k + 1))] : []),
     ], { domain: MS_DOMAIN, attrs: { K: k, N: n, bits, block_size: block, accuracy_level: acc } });
   };
   for (let i = 0; i < PAIRS; i++) x = lin(lin(x, 8192, 2048, `up${i}`), 2048, 8192, `down${i}`);
@@ -51,7 +52,7 @@ function build(bits: number, block: number, acc: number): Uint8Array {
 
 const sessions = [];
 for (const v of variants) {
-  const s = await ort.InferenceSession.create(build(v.bits, v.block, v.acc), { executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', graphOptimizationLevel: 'all', logSeverityLevel: 3 });
+  const s = await ort.InferenceSession.create(build(v.bits, v.block, v.acc, v.zp), { executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, executionMode: 'sequential', graphOptimizationLevel: 'all', logSeverityLevel: 3 });
   sessions.push({ ...v, s, times: [] as number[] });
 }
 const feeds = { x: new ort.Tensor('float32', new Float32Array(2048).fill(0.1), [1, 1, 2048]) };

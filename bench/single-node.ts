@@ -11,7 +11,11 @@
 // Env: KIWI_BENCH_ROUNDS (default 7), KIWI_BENCH_THREADS (default all cores),
 //      KIWI_BENCH_RESERVE (KV positions reserved for the second Kiwi decode, default 2048),
 //      KIWI_BENCH_QUANTS (default q4_0,q8_0,q4_k_m), KIWI_BENCH_DECODE (decode tokens, default 32),
-//      KIWI_BENCH_FAST=0 for exact f32 activations (default: int8 activations, as llama.cpp).
+//      KIWI_BENCH_FAST=0 for exact f32 activations (default: int8 activations, as llama.cpp),
+//      KIWI_BENCH_FAST_LAYOUT=0 to leave out Kiwi's fast weight layout (`--weight-layout fast`:
+//      Q4_0 requantized to blocks of 128, lossy; a third engine on q4_0).
+// Agreement with llama.cpp, per engine: greedy tokens equal before the first difference, and the
+// top-1 share along llama.cpp's greedy tokens (each engine fed them in turn).
 // Prints a table and writes bench/results/single-node.json.
 import { fork } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -26,20 +30,25 @@ const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? os.availableParallelism
 const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0,q4_k_m').split(',');
 const DECODE_TOKENS = Number(process.env.KIWI_BENCH_DECODE ?? 32);
 const FAST = process.env.KIWI_BENCH_FAST !== '0';
+const FAST_LAYOUT = process.env.KIWI_BENCH_FAST_LAYOUT !== '0';
 const PROMPT_TOKENS = 128;
 
-type Engine = 'kiwi' | 'llama.cpp';
-type WorkerKind = Engine | 'kiwi-build';
+type Engine = 'kiwi' | 'kiwi-fast' | 'llama.cpp';
+type WorkerKind = 'kiwi' | 'llama.cpp' | 'kiwi-build';
+type Layout = 'exact' | 'fast';
 interface RoundResult {
   prefillTokPerS: number;
   decodeTokPerS: number;
   /** Kiwi only: decode tokens/s when the request's KV cache holds RESERVE positions. */
   reservedDecodeTokPerS?: number;
+  /** The greedy tokens after the prompt (DECODE_TOKENS + 1). */
+  tokens: number[];
 }
 type Message =
   | { type: 'ready'; coldBuildMs?: number; warmBuildMs?: number; loadMs: number; peakRssBytes?: number }
   | { type: 'round'; result: RoundResult }
   | { type: 'rss'; peakRssBytes: number }
+  | { type: 'agree'; argmax: number[] }
   | { type: 'error'; message: string };
 
 /** The prompt: fixed ids inside every vocabulary (BOS + a cycle of ordinary tokens). */
@@ -49,9 +58,11 @@ function promptIds(): number[] {
 
 // ---- child side ----------------------------------------------------------------------------
 
-async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): Promise<void> {
+async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, layout: Layout): Promise<void> {
   const send = (m: Message) => process.send!(m);
   let round: () => Promise<RoundResult>;
+  /** Kiwi: the most likely token after the prompt and after each of `forced` fed in turn (teacher forcing). */
+  let argmaxAlong: (forced: number[]) => Promise<number[]> = () => Promise.reject(new Error('only Kiwi follows forced tokens'));
   if (engine === 'kiwi-build' || engine === 'kiwi') {
     const { openGguf } = await import('../electron/engine/model/gguf/gguf-reader.js');
     const { modelShapeFromGguf } = await import('../electron/engine/runtime/decoder-shape.js');
@@ -62,7 +73,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): 
     const file = await openGguf(modelPath);
     const shape = await modelShapeFromGguf(file, { maxPositions: Math.max(1024, RESERVE) });
     const cache = new ShardCache(cacheDir);
-    const opts = { cache, threads: THREADS, accuracyLevel: FAST ? (4 as const) : (0 as const) };
+    const opts = { cache, threads: THREADS, accuracyLevel: FAST ? (4 as const) : (0 as const), weightLayout: layout };
     const plan = { start: 0, end: shape.blockCount, head: true };
     if (engine === 'kiwi-build') {
       // The cold build runs in its own process: its peak memory is not the serving process's.
@@ -80,23 +91,38 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): 
     const warmBuildMs = performance.now() - t1;
     if (stage.origin.source !== 'cache') throw new Error('the warm start did not come from the shard cache');
     const chain = new StageChain([stage]);
-    // Prefill, then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms].
-    const generate = async (capacity: number): Promise<[number, number]> => {
+    // Prefill, then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms, greedy tokens].
+    const generate = async (capacity: number): Promise<[number, number, number[]]> => {
       const caches = chain.newCaches(capacity);
       const p0 = performance.now();
       let logits = (await chain.step([{ tokens: promptIds(), caches }]))[0]!;
       const prefillMs = performance.now() - p0;
+      const tokens = [argmax(logits)];
       const d0 = performance.now();
-      for (let i = 0; i < DECODE_TOKENS; i++) logits = (await chain.step([{ tokens: [argmax(logits)], caches }]))[0]!;
-      return [prefillMs, performance.now() - d0];
+      for (let i = 0; i < DECODE_TOKENS; i++) {
+        logits = (await chain.step([{ tokens: [tokens.at(-1)!], caches }]))[0]!;
+        tokens.push(argmax(logits));
+      }
+      return [prefillMs, performance.now() - d0, tokens];
+    };
+    argmaxAlong = async (forced) => {
+      const caches = chain.newCaches(PROMPT_TOKENS + forced.length + 1);
+      let logits = (await chain.step([{ tokens: promptIds(), caches }]))[0]!;
+      const out = [argmax(logits)];
+      for (const t of forced.slice(0, -1)) {
+        logits = (await chain.step([{ tokens: [t], caches }]))[0]!;
+        out.push(argmax(logits));
+      }
+      return out;
     };
     round = async () => {
-      const [prefillMs, decodeMs] = await generate(PROMPT_TOKENS + DECODE_TOKENS + 1);
+      const [prefillMs, decodeMs, tokens] = await generate(PROMPT_TOKENS + DECODE_TOKENS + 1);
       const [, reservedMs] = await generate(Math.min(RESERVE, shape.maxPositions));
       return {
         prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
         decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
         reservedDecodeTokPerS: (DECODE_TOKENS * 1000) / reservedMs,
+        tokens,
       };
     };
     send({ type: 'ready', warmBuildMs, loadMs: warmBuildMs });
@@ -114,21 +140,28 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string): 
       let n = 0;
       let prefillMs = 0;
       let d0 = 0;
+      const tokens: number[] = [];
       // The first yielded token marks the end of the prompt's evaluation (prefill + one sample).
-      for await (const _ of sequence.evaluate(promptIds() as never, { temperature: 0 })) {
+      for await (const token of sequence.evaluate(promptIds() as never, { temperature: 0 })) {
         if (n === 0) {
           prefillMs = performance.now() - p0;
           d0 = performance.now();
         }
+        tokens.push(Number(token));
         if (n++ >= DECODE_TOKENS) break;
       }
       const decodeMs = performance.now() - d0;
-      return { prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs, decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs };
+      return { prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs, decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs, tokens };
     };
     send({ type: 'ready', loadMs });
   }
-  process.on('message', (m: { cmd: 'round' | 'rss' }) => {
-    if (m.cmd === 'round') {
+  process.on('message', (m: { cmd: 'round' | 'rss' | 'agree'; forced?: number[] }) => {
+    if (m.cmd === 'agree') {
+      argmaxAlong(m.forced ?? []).then(
+        (argmax) => send({ type: 'agree', argmax }),
+        (err: unknown) => send({ type: 'error', message: String((err as Error).stack ?? err) }),
+      );
+    } else if (m.cmd === 'round') {
       round().then(
         (result) => send({ type: 'round', result }),
         (err: unknown) => send({ type: 'error', message: String((err as Error).stack ?? err) }),
@@ -152,19 +185,26 @@ class Child {
       this.proc.once('exit', (code) => reject(new Error(`worker exited with ${code}`)));
     });
   }
-  async ask(cmd: 'round' | 'rss'): Promise<Message> {
+  async ask(cmd: 'round' | 'rss' | 'agree', forced?: number[]): Promise<Message> {
     const reply = this.next();
-    this.proc.send({ cmd });
+    this.proc.send({ cmd, forced });
     return reply;
   }
 }
 
-function spawnWorker(engine: WorkerKind, modelPath: string, cacheDir: string): Child {
-  const proc = fork(fileURLToPath(import.meta.url), ['--worker', engine, modelPath, cacheDir], {
+function spawnWorker(engine: WorkerKind, modelPath: string, cacheDir: string, layout: Layout = 'exact'): Child {
+  const proc = fork(fileURLToPath(import.meta.url), ['--worker', engine, modelPath, cacheDir, layout], {
     execArgv: ['--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Child(proc);
+}
+
+/** How many greedy tokens two engines share before their first difference. */
+function agreeing(a: number[], b: number[]): number {
+  let n = 0;
+  while (n < a.length && n < b.length && a[n] === b[n]) n++;
+  return n;
 }
 
 function median(xs: number[]): number {
@@ -203,19 +243,40 @@ async function main(): Promise<void> {
       const ref = spawnWorker('llama.cpp', modelPath, '');
       children.push(ref);
       const refReady = (await ref.next()) as Extract<Message, { type: 'ready' }>;
-      const results: Record<Engine, RoundResult[]> = { kiwi: [], 'llama.cpp': [] };
+      // The fast layout changes Q4_0 only: elsewhere it is the exact engine again.
+      let fast: { built: Extract<Message, { type: 'ready' }>; child: Child; ready: Extract<Message, { type: 'ready' }> } | undefined;
+      if (FAST_LAYOUT && quant === 'q4_0') {
+        const fastBuilder = spawnWorker('kiwi-build', modelPath, join(dir, `shards-${quant}`), 'fast');
+        children.push(fastBuilder);
+        const fastBuilt = (await fastBuilder.next()) as Extract<Message, { type: 'ready' }>;
+        const child = spawnWorker('kiwi', modelPath, join(dir, `shards-${quant}`), 'fast');
+        children.push(child);
+        fast = { built: fastBuilt, child, ready: (await child.next()) as Extract<Message, { type: 'ready' }> };
+      }
+      const engines: Array<[Engine, Child, Extract<Message, { type: 'ready' }>]> = [['kiwi', kiwi, kiwiReady], ['llama.cpp', ref, refReady], ...(fast !== undefined ? [['kiwi-fast', fast.child, fast.ready] as [Engine, Child, Extract<Message, { type: 'ready' }>]] : [])];
+      const results: Record<Engine, RoundResult[]> = { kiwi: [], 'kiwi-fast': [], 'llama.cpp': [] };
       const loadBefore = os.loadavg()[0]!;
       for (let r = 0; r < ROUNDS; r++) {
-        // Alternate which engine goes first, so a burst of load does not always hit the same one.
-        const order = r % 2 === 0 ? ([['kiwi', kiwi], ['llama.cpp', ref]] as const) : ([['llama.cpp', ref], ['kiwi', kiwi]] as const);
+        // Rotate which engine goes first, so a burst of load does not always hit the same one.
+        const order = engines.map((_, i) => engines[(i + r) % engines.length]!);
         for (const [engine, child] of order) {
           const m = await child.ask('round');
           if (m.type === 'round') results[engine].push(m.result);
         }
       }
       const loadAfter = os.loadavg()[0]!;
+      // Top-1 agreement along llama.cpp's greedy tokens (each engine fed them in turn): free-running
+      // greedy texts of random weights part within a few tokens (flat logits), so this is the measure.
+      const llamaTokens = results['llama.cpp'][0]?.tokens ?? [];
+      const along: Partial<Record<Engine, number[]>> = {};
+      for (const [engine, child] of engines) {
+        if (engine === 'llama.cpp') continue;
+        along[engine] = ((await child.ask('agree', llamaTokens)) as Extract<Message, { type: 'agree' }>).argmax;
+      }
+      const share = (a: number[] | undefined, b: number[] | undefined): number | null =>
+        a === undefined || b === undefined || b.length === 0 ? null : a.filter((t, i) => t === b[i]).length / b.length;
       const summary: Record<string, unknown> = {};
-      for (const [engine, child, ready] of [['kiwi', kiwi, kiwiReady], ['llama.cpp', ref, refReady]] as const) {
+      for (const [engine, child, ready] of engines) {
         const rss = (await child.ask('rss')) as Extract<Message, { type: 'rss' }>;
         child.proc.kill();
         const rs = results[engine];
@@ -234,6 +295,8 @@ async function main(): Promise<void> {
       }
       const k = summary.kiwi as Record<string, number>;
       const l = summary['llama.cpp'] as Record<string, number>;
+      const f = summary['kiwi-fast'] as Record<string, number> | undefined;
+      const firstTokens = (e: Engine): number[] => results[e][0]?.tokens ?? [];
       rows.push({
         quant,
         threads: THREADS,
@@ -258,6 +321,24 @@ async function main(): Promise<void> {
         kiwi_warm_build_ms: kiwiReady.warmBuildMs ?? null,
         llama_load_ms: refReady.loadMs,
         weight_mb: weightBytes / 2 ** 20,
+        // Greedy tokens equal before the first difference (of DECODE_TOKENS + 1), first round.
+        kiwi_llama_agree: agreeing(firstTokens('kiwi'), firstTokens('llama.cpp')),
+        kiwi_llama_top1: share(along.kiwi, llamaTokens),
+        ...(f !== undefined
+          ? {
+              fast_decode_tok_s: f.decode_tok_s,
+              fast_decode_ratio: f.decode_tok_s! / l.decode_tok_s!,
+              fast_decode_best_ratio: f.decode_tok_s_best! / l.decode_tok_s_best!,
+              fast_prefill_ratio: f.prefill_tok_s! / l.prefill_tok_s!,
+              fast_decode_ratio_rounds: results['kiwi-fast'].map((x, i) => x.decodeTokPerS / results['llama.cpp'][i]!.decodeTokPerS),
+              fast_cold_build_ms: fast!.built.coldBuildMs ?? null,
+              fast_peak_rss_mb: f.peak_rss_mb,
+              fast_llama_agree: agreeing(firstTokens('kiwi-fast'), firstTokens('llama.cpp')),
+              fast_kiwi_agree: agreeing(firstTokens('kiwi-fast'), firstTokens('kiwi')),
+              fast_llama_top1: share(along['kiwi-fast'], llamaTokens),
+              fast_kiwi_top1: share(along['kiwi-fast'], along.kiwi),
+            }
+          : {}),
         bandwidth_gbps: bandwidth.gbps,
         bandwidth_floor_tok_s: floorTokPerS,
         loadavg_1m: [loadBefore, loadAfter],
@@ -279,7 +360,13 @@ async function main(): Promise<void> {
   console.log(`threads ${THREADS}, ${ROUNDS} alternating rounds, medians (best = fastest round); prompt ${PROMPT_TOKENS}, decode ${DECODE_TOKENS}; reserved decode: KV cache of ${RESERVE} positions`);
   console.log(cols.join('\t'));
   for (const r of rows) console.log(cols.map((c) => fmt(r[c])).join('\t'));
-  for (const r of rows) console.log(`${String(r.quant)} decode ratio per round: ${(r.decode_ratio_rounds as number[]).map((x) => x.toFixed(2)).join(' ')}`);
+  for (const r of rows) console.log(`${String(r.quant)} decode ratio per round: ${(r.decode_ratio_rounds as number[]).map((x) => x.toFixed(2)).join(' ')}; greedy tokens equal to llama.cpp's before the first difference: ${String(r.kiwi_llama_agree)}/${DECODE_TOKENS + 1}; top-1 along llama.cpp's tokens: ${fmt(r.kiwi_llama_top1)}`);
+  for (const r of rows.filter((x) => x.fast_decode_tok_s !== undefined)) {
+    console.log(
+      `${String(r.quant)} fast layout: decode ${fmt(r.fast_decode_tok_s)} tok/s, ${fmt(r.fast_decode_ratio)}x llama.cpp (best rounds ${fmt(r.fast_decode_best_ratio)}x; per round ${(r.fast_decode_ratio_rounds as number[]).map((x) => x.toFixed(2)).join(' ')}), ` +
+        `prefill ${fmt(r.fast_prefill_ratio)}x, cold build ${fmt(r.fast_cold_build_ms)} ms, peak RSS ${fmt(r.fast_peak_rss_mb)} MB; greedy tokens equal before the first difference: ${String(r.fast_llama_agree)}/${DECODE_TOKENS + 1} with llama.cpp, ${String(r.fast_kiwi_agree)}/${DECODE_TOKENS + 1} with exact Kiwi; top-1 along llama.cpp's tokens ${fmt(r.fast_llama_top1)} (exact Kiwi's top-1 there: ${fmt(r.fast_kiwi_top1)})`,
+    );
+  }
   const out = join(fileURLToPath(new URL('.', import.meta.url)), 'results');
   await mkdir(out, { recursive: true });
   const loadavg = os.loadavg();
@@ -291,7 +378,7 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[2] === '--worker') {
-  worker(process.argv[3] as WorkerKind, process.argv[4]!, process.argv[5]!).catch((err: unknown) => {
+  worker(process.argv[3] as WorkerKind, process.argv[4]!, process.argv[5]!, (process.argv[6] ?? 'exact') as Layout).catch((err: unknown) => {
     process.send!({ type: 'error', message: String((err as Error).stack ?? err) });
     process.exitCode = 1;
   });

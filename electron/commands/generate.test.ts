@@ -1,4 +1,4 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -6,6 +6,8 @@ import { openGguf, readTensorBytes } from '../engine/model/gguf/gguf-reader.js';
 import { GgmlType, tensorByteLength } from '../engine/model/gguf/gguf-types.js';
 import { buildGguf, writableMetadata } from '../engine/model/gguf/gguf-writer.js';
 import { testModelPath } from '../engine/model/test-models.js';
+import { resolveShape } from '../engine/model/synth/shapes.js';
+import { synthesizeModel } from '../engine/model/synth/synth.js';
 import { LocalBackend } from '../engine/server/local-backend.js';
 import { createOpenAiApi } from '../engine/server/openai-api.js';
 import { runKiwi as run } from './test-support/run-kiwi.js';
@@ -131,5 +133,25 @@ describe('kiwi generate', () => {
     const out = await run([...base(), '--max-tokens', 'many']);
     expect(out.code).toBe(2);
     expect(out.stderr).toMatch(/--max-tokens must be an integer/);
+    const layout = await run([...base(), '--weight-layout', 'quick']);
+    expect(layout.code).toBe(2);
+    expect(layout.stderr).toMatch(/--weight-layout must be one of exact, fast, got 'quick'/);
+  });
+
+  test('--weight-layout fast builds Q4_0 layers in the fast layout (kept in the shard cache apart from exact ones)', async () => {
+    const path = join(dir, 'tiny-q4_0.gguf');
+    const tiny = { name: 'tiny llama', architecture: 'llama', blockCount: 2, embeddingLength: 256, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 512, contextLength: 64 };
+    await synthesizeModel({ shape: resolveShape(JSON.stringify(tiny)), quant: GgmlType.Q4_0, out: path, seed: 3 });
+    const args = ['generate', '--model', path, '--prompt', 'a b c', '--max-tokens', '8', '--threads', '1', '--json'];
+    const fast = await run([...args, '--weight-layout', 'fast']);
+    expect(fast.code).toBe(0);
+    expect(JSON.parse(fast.stdout).ids).toHaveLength(8);
+    const exact = await run(args);
+    expect(exact.code).toBe(0);
+    // One folder per model: this model's holds its layer 0 in both forms.
+    const fastLayers = (await readdir(join(dir, 'cache', 'shards'), { recursive: true })).filter((f) => f.endsWith('layer-0-fp32fast.json'));
+    expect(fastLayers).toHaveLength(1);
+    const modelDir = join(dir, 'cache', 'shards', fastLayers[0]!, '..');
+    expect((await readdir(modelDir)).filter((f) => /^layer-0-\w+\.json$/.test(f)).sort()).toEqual(['layer-0-fp32.json', 'layer-0-fp32fast.json']);
   });
 });

@@ -10,6 +10,7 @@ import { DEFAULT_SAMPLING, Sampler } from '../engine/runtime/sampling.js';
 import { generate } from '../engine/runtime/generation.js';
 import { booleanOption, defineCommand, stringOption, writeJson } from './command.js';
 import type { CommandContext } from './command.js';
+import { WEIGHT_LAYOUT_OPTION, weightLayoutFlag } from './weight-layout-flag.js';
 
 function numberOption(ctx: CommandContext, name: string, fallback: number, integer: boolean): number {
   const raw = stringOption(ctx, name);
@@ -45,6 +46,7 @@ export const generateCommand = defineCommand({
     split: { type: 'string', description: 'Run as stages with these layer ranges, e.g. 0-4,4-8', valueName: 'RANGES' },
     provider: { type: 'string', description: 'Execution provider: cpu, cuda or dml (default: best available)', valueName: 'EP' },
     threads: { type: 'string', description: 'CPU threads (default: all cores)', valueName: 'N' },
+    'weight-layout': WEIGHT_LAYOUT_OPTION,
     exact: { type: 'boolean', description: 'Keep f32 activations in quantized matmuls (slower; default: int8 activations, as llama.cpp does)' },
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graphs in memory instead of using the shard cache on disk' },
     json: { type: 'boolean', description: 'Print one JSON object' },
@@ -59,6 +61,7 @@ export const generateCommand = defineCommand({
       throw new KiwiError('USAGE', `--provider must be one of ${PROVIDERS.join(', ')}, got '${provider}'`);
     }
     const threads = stringOption(ctx, 'threads') !== undefined ? numberOption(ctx, 'threads', 1, true) : undefined;
+    const weightLayout = weightLayoutFlag(ctx);
     const maxTokens = numberOption(ctx, 'max-tokens', 128, true);
     if (maxTokens < 1) throw new KiwiError('USAGE', '--max-tokens must be at least 1');
     const sampler = new Sampler({
@@ -76,6 +79,7 @@ export const generateCommand = defineCommand({
       ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
       ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
       ...(threads !== undefined ? { threads } : {}),
+      weightLayout,
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
       ...(booleanOption(ctx, 'exact') ? { accuracyLevel: 0 as const } : {}),
     });

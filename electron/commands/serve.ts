@@ -15,6 +15,7 @@ import { resolveModelArg } from './model-arg.js';
 import { intOption } from './rendezvous.js';
 import { eventPrinter, untilStopped } from './session-io.js';
 import { parseSpeculative, withVerify } from '../engine/runtime/speculative.js';
+import { WEIGHT_LAYOUT_OPTION, weightLayoutFlag } from './weight-layout-flag.js';
 
 const PROVIDERS: readonly ExecutionProvider[] = ['cpu', 'cuda', 'dml'];
 
@@ -45,6 +46,7 @@ export const serveCommand = defineCommand({
     'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept for prompts that start the same way (inside the KV-cache budget, given back when requests need it; 0: off)', default: '256' },
     provider: { type: 'string', valueName: 'EP', description: 'Execution provider: cpu, cuda or dml (default: best available)' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads (default: all cores)' },
+    'weight-layout': WEIGHT_LAYOUT_OPTION,
     'no-shard-cache': { type: 'boolean', description: 'Build the stage graphs in memory instead of using the shard cache on disk' },
     'chat-template': {
       type: 'string',
@@ -69,6 +71,7 @@ export const serveCommand = defineCommand({
     if (provider !== undefined && !PROVIDERS.includes(provider as ExecutionProvider)) {
       throw new KiwiError('USAGE', `--provider must be one of ${PROVIDERS.join(', ')}, got '${provider}'`);
     }
+    const weightLayout = weightLayoutFlag(ctx);
     const threadsText = stringOption(ctx, 'threads');
     const threads = threadsText !== undefined ? intOption(threadsText, 'threads', 1, 1024) : undefined;
     const splitText = stringOption(ctx, 'split');
@@ -91,6 +94,7 @@ export const serveCommand = defineCommand({
         ...(splitText !== undefined ? { split: parseSplit(splitText) } : {}),
         ...(provider !== undefined ? { provider: provider as ExecutionProvider } : {}),
         ...(threads !== undefined ? { threads } : {}),
+        weightLayout,
         shardCache: !booleanOption(ctx, 'no-shard-cache'),
         maxBatch: parallel,
         kvBudgetBytes: kvCacheMb * 1024 * 1024,

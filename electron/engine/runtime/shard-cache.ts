@@ -24,8 +24,11 @@ import type { ElemType, ExternalRef, GraphBuilder, GraphBuilderOptions } from '.
 // 3: the head has the hidden_norm output (embeddings); 4: Q4_K as MatMulNBits + block offsets;
 // 5: the head takes logits_from (speculative verification); 6: one file per layer, shared by ranges.
 const FORMAT_VERSION = 6;
-/** What a layer file holds depends on the graph's precision only (accuracy level is a node attribute). */
-const LAYER_FORM = 'fp32';
+/**
+ * What a layer file holds depends on the graph's precision and the weight layout only (accuracy
+ * level is a node attribute): exact layers are 'fp32', the fast layout's 'fp32fast'.
+ */
+const layerForm = (key: Pick<ShardKey, 'layout'>): string => (key.layout === 'fast' ? 'fp32fast' : 'fp32');
 
 export interface ShardKey {
   /** modelFingerprint() of the GGUF. */
@@ -38,6 +41,8 @@ export interface ShardKey {
   provider: string;
   /** The graph has the replay inputs (stage-graph.ts replayInputs); absent: it has not. */
   replay?: true;
+  /** The fast weight layout (weights/convert.ts WeightLayout); absent: exact. */
+  layout?: 'fast';
 }
 
 /**
@@ -188,8 +193,8 @@ export class ShardCache {
     return join(this.dir, shortHash({ v: FORMAT_VERSION, model }));
   }
 
-  private static layerName(L: number): string {
-    return `layer-${L}-${LAYER_FORM}`;
+  private static layerName(L: number, form: string): string {
+    return `layer-${L}-${form}`;
   }
 
   private static rangeName(key: ShardKey): string {
@@ -197,23 +202,24 @@ export class ShardCache {
   }
 
   /** Layer L's manifest when its file is complete and was built from bytes tagged `tag`. */
-  private async layer(dir: string, L: number, tag: string): Promise<LayerManifest | undefined> {
-    const name = ShardCache.layerName(L);
+  private async layer(dir: string, L: number, tag: string, form: string): Promise<LayerManifest | undefined> {
+    const name = ShardCache.layerName(L, form);
     const m = await readJson<LayerManifest>(join(dir, `${name}.json`));
-    if (m?.formatVersion !== FORMAT_VERSION || m.layer !== L || m.form !== LAYER_FORM || m.tag !== tag) return undefined;
+    if (m?.formatVersion !== FORMAT_VERSION || m.layer !== L || m.form !== form || m.tag !== tag) return undefined;
     return (await sizeOf(join(dir, `${name}.bin`))) === m.bytes ? m : undefined;
   }
 
-  /** The tags of the layers of `model` built here (a member counts them as held: it need not receive them again). */
+  /** The tags of the layers of `model` built here in the exact layout (a member counts them as held: it need not receive them again). */
   async builtLayerTags(model: string): Promise<Set<string>> {
+    const form = layerForm({});
     const dir = this.modelDir(model);
     const names = await readdir(dir).catch(() => [] as string[]);
     const tags = new Set<string>();
     for (const n of names) {
       const m = /^layer-(\d+)-(\w+)\.json$/.exec(n);
-      if (m === null || m[2] !== LAYER_FORM) continue;
+      if (m === null || m[2] !== form) continue;
       const manifest = await readJson<LayerManifest>(join(dir, n));
-      if (manifest !== undefined && (await this.layer(dir, Number(m[1]), manifest.tag)) !== undefined) tags.add(manifest.tag);
+      if (manifest !== undefined && (await this.layer(dir, Number(m[1]), manifest.tag, form)) !== undefined) tags.add(manifest.tag);
     }
     return tags;
   }
@@ -229,7 +235,7 @@ export class ShardCache {
     for (const f of manifest.shared) if (valid) valid = (await sizeOf(join(dir, f.file))) === f.bytes;
     for (const l of manifest.layers) {
       if (!valid) break;
-      valid = l.tag === src.layerTag(l.layer) && (await this.layer(dir, l.layer, l.tag))?.bytes === l.bytes;
+      valid = l.tag === src.layerTag(l.layer) && (await this.layer(dir, l.layer, l.tag, layerForm(key)))?.bytes === l.bytes;
     }
     if (!valid) {
       // Only the range's own files go: its layers are checked (and kept or rebuilt) on their own.
@@ -258,8 +264,9 @@ export class ShardCache {
     await this.dropOldEntries();
     const suffix = `.tmp-${process.pid}-${Date.now()}`;
     const reused = new Map<number, LayerManifest>();
+    const form = layerForm(key);
     for (let L = key.start; L < key.end; L++) {
-      const m = await this.layer(dir, L, src.layerTag(L));
+      const m = await this.layer(dir, L, src.layerTag(L), form);
       if (m !== undefined) reused.set(L, m);
       else if (!src.rawLayer(L)) {
         throw new KiwiError('WEIGHTS_TRANSFER_FAILED', `Layer ${L} is neither built in the shard cache nor received: its weights must be received again.`, { layer: L });
@@ -298,15 +305,15 @@ export class ShardCache {
         if (at?.type !== type || at.length !== expected || at.dims.join() !== dims.join()) {
           throw new KiwiError('MODEL_UNSUPPORTED', `The built layer ${L!} has no initializer ${initName} of [${dims.join(', ')}] ${type}; delete the shard cache to rebuild it.`);
         }
-        return { location: `${ShardCache.layerName(L!)}.bin`, offset: at.offset, length: at.length };
+        return { location: `${ShardCache.layerName(L!, form)}.bin`, offset: at.offset, length: at.length };
       }
       if (bytes.byteLength !== expected) throw new Error(`initializer ${initName}: ${bytes.byteLength} bytes for dims [${dims.join(', ')}] ${type} (expected ${expected})`);
       if (L === undefined) return bytes.byteLength >= EXTERNAL_MIN_BYTES ? shareFile(bytes) : undefined;
       let layer = layers.get(L);
       if (layer === undefined) {
-        const file = new ExternalFile(join(dir, `${ShardCache.layerName(L)}.bin${suffix}`), `${ShardCache.layerName(L)}.bin`);
+        const file = new ExternalFile(join(dir, `${ShardCache.layerName(L, form)}.bin${suffix}`), `${ShardCache.layerName(L, form)}.bin`);
         tmps.push(file.tmp, `${file.tmp}.json`);
-        layer = { file, manifest: { formatVersion: FORMAT_VERSION, layer: L, form: LAYER_FORM, tag: src.layerTag(L), bytes: 0, initializers: {} } };
+        layer = { file, manifest: { formatVersion: FORMAT_VERSION, layer: L, form, tag: src.layerTag(L), bytes: 0, initializers: {} } };
         // Layers come one after another: the previous one's file is complete.
         for (const other of layers.values()) other.file.close();
         layers.set(L, layer);
@@ -356,7 +363,7 @@ export class ShardCache {
       // process that built the same files meanwhile wrote the same bytes: renaming over them is safe.
       for (const [L, { file }] of layers) {
         await rename(file.tmp, join(dir, file.name));
-        await rename(`${file.tmp}.json`, join(dir, `${ShardCache.layerName(L)}.json`));
+        await rename(`${file.tmp}.json`, join(dir, `${ShardCache.layerName(L, form)}.json`));
       }
       if (encoded.externalBytes > 0) await rename(range.tmp, join(dir, range.name));
       await rename(tmps[1]!, join(dir, `${name}.onnx`));

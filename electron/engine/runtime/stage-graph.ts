@@ -46,6 +46,11 @@ export type LinearWeight =
        * onnxruntime prepacks (float zero points are not prepacked: ~40x slower decode).
        */
       blockOffsets?: Float32Array;
+      /**
+       * [n, ceil(k / blockSize * bits / 8)] uint8 zero points, two 4-bit ones a byte (low nibble
+       * first): w = scale * (u - zero point). Absent: 8 or 128. The fast layout's requantized blocks.
+       */
+      zeroPoints?: Uint8Array;
     };
 
 export interface LayerWeights {
@@ -316,6 +321,7 @@ export function nbitsLinear(g: GraphBuilder, input: string, lw: Extract<LinearWe
     input,
     g.initializer(`${name}.B`, 'uint8', [lw.n, blocks, (lw.blockSize * lw.bits) / 8], lw.b),
     g.initializer(`${name}.scales`, ft, [lw.n * blocks], fb(lw.scales)),
+    ...(lw.zeroPoints !== undefined ? [g.initializer(`${name}.zero_points`, 'uint8', [lw.n * Math.ceil((blocks * lw.bits) / 8)], lw.zeroPoints)] : []),
   ];
   let y = g.op('MatMulNBits', inputs, {
     domain: MS_DOMAIN,

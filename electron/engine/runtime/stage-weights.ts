@@ -7,6 +7,7 @@ import type { GgufFile, GgufTensorInfo, GgufTensorReader } from '../model/gguf/g
 import { openTensorReader } from '../model/gguf/gguf-reader.js';
 import type { DecoderShape, LayerWeights, LinearWeight, StageWeights } from './stage-graph.js';
 import { hollowLinear, toF32, toLinear } from './weights/convert.js';
+import type { WeightLayout } from './weights/convert.js';
 import type { RepackPool } from './weights/repack-pool.js';
 import type { LayerRange } from './layer-range.js';
 
@@ -15,8 +16,8 @@ export interface StagePlan extends LayerRange {
   head: boolean;
 }
 
-export async function loadStageWeights(file: GgufFile, shape: DecoderShape, plan: StagePlan): Promise<StageWeights> {
-  const source = await openStageWeights(file, shape);
+export async function loadStageWeights(file: GgufFile, shape: DecoderShape, plan: StagePlan, layout: WeightLayout = 'exact'): Promise<StageWeights> {
+  const source = await openStageWeights(file, shape, { layout });
   try {
     const out: StageWeights = { start: plan.start, end: plan.end, layers: [] };
     for (let L = plan.start; L < plan.end; L++) out.layers.push(await source.layer(L));
@@ -58,10 +59,13 @@ export interface StageWeightOptions {
   pool?: RepackPool;
   /** Accumulates where the time goes. */
   times?: WeightTimes;
+  /** How matrices are laid out; default exact. */
+  layout?: WeightLayout;
 }
 
 export async function openStageWeights(file: GgufFile, shape: DecoderShape, opts: StageWeightOptions = {}): Promise<StageWeightSource> {
   const { times, pool } = opts;
+  const layout = opts.layout ?? 'exact';
   const opened = await openTensorReader(file);
   // readMs counts the time any read is under way (reads overlap: a layer's are issued at once).
   let reading = 0;
@@ -132,11 +136,11 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape, opts
     const bytes = await reader.read(t);
     if (pool !== undefined) {
       const t0 = performance.now();
-      const w = await pool.convert(t, bytes, n, k);
+      const w = await pool.convert(t, bytes, n, k, layout);
       if (times !== undefined) times.convertMs += performance.now() - t0;
       return w;
     }
-    return timed(() => toLinear(t, bytes, n, k));
+    return timed(() => toLinear(t, bytes, n, k, layout));
   };
   // The same tensors without their bytes (hollowLayer).
   const hollow = {
@@ -144,7 +148,7 @@ export async function openStageWeights(file: GgufFile, shape: DecoderShape, opts
       vectorInfo(name, length);
       return Promise.resolve(new Float32Array(0));
     },
-    matrix: (name: string, n: number, k: number): Promise<LinearWeight> => Promise.resolve(hollowLinear(matrixInfo(name, n, k), n, k)),
+    matrix: (name: string, n: number, k: number): Promise<LinearWeight> => Promise.resolve(hollowLinear(matrixInfo(name, n, k), n, k, layout)),
   };
 
   const { hidden, heads, kvHeads, headDim, vocab } = shape;

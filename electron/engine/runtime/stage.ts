@@ -22,6 +22,7 @@ import type { StagePlan } from './stage-weights.js';
 import { EmbeddingTable } from './embedding.js';
 import { modelFingerprint } from './shard-cache.js';
 import type { ShardCache, ShardSource } from './shard-cache.js';
+import type { WeightLayout } from './weights/convert.js';
 
 /**
  * One request's cache for one stage: per layer K and V, each [kvHeads, allocated, headDim] f32,
@@ -74,6 +75,8 @@ export interface StageOptions extends Partial<StageGraphOptions> {
   replay?: ReplayMode;
   /** A one-pass replay's attention scratch per run, bytes (default 512 MiB): longer rows run in chunks. */
   replayChunkBytes?: number;
+  /** How matrices are laid out (weights/convert.ts): default exact; fast requantizes Q4_0 (lossy). */
+  weightLayout?: WeightLayout;
 }
 
 /** How a stage came to be (for logs and benchmarks). */
@@ -117,6 +120,7 @@ export class Stage {
     // Default: int8 activations inside quantized matmuls, as llama.cpp does (faster; every stage of
     // every entry point — generate, serve, the ring — uses the same level, so splits stay exact).
     const accuracyLevel = opts.accuracyLevel ?? 4;
+    const layout = opts.weightLayout ?? 'exact';
     const provider = opts.provider ?? availableProviders()[0]!;
     // Without an override the factory may fall back to the next provider if the best fails to start.
     const sessionOpts = { ...(opts.provider !== undefined ? { provider } : {}), ...(opts.threads !== undefined ? { threads: opts.threads } : {}) };
@@ -124,7 +128,7 @@ export class Stage {
     const worker = (opts.worker ?? stageWorkerEnabled()) ? startSessionWorker() : undefined;
     let prepared: PreparedModel;
     try {
-      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? false);
+      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? false, layout);
     } catch (err) {
       await worker?.dispose();
       throw err;
@@ -146,8 +150,9 @@ export class Stage {
     }
     stage.origin.sessionMs = performance.now() - t1;
     const replay = opts.replay ?? 'auto';
-    // Probed only where it decides: a graph with the replay inputs, replaying in 'auto' mode.
-    const exact = stage.replays && replay === 'auto' && (await replayKernelsExact(accuracyLevel, stage.provider, opts.threads ?? defaultThreads()));
+    // Probed only where it decides: a graph with the replay inputs, replaying in 'auto' mode (the
+    // probe's kernels are the exact layout's).
+    const exact = stage.replays && replay === 'auto' && layout === 'exact' && (await replayKernelsExact(accuracyLevel, stage.provider, opts.threads ?? defaultThreads()));
     stage.replayOnePass = batchedReplay(replay, stage.replays, exact);
     stage.replayChunkBytes = opts.replayChunkBytes ?? REPLAY_CHUNK_BYTES;
     return stage;
@@ -379,6 +384,7 @@ async function prepareModel(
    * does not admit; without them a replayed row runs as decode steps inside each stage (replaySteps).
    */
   replayInputs: boolean,
+  layout: WeightLayout,
 ): Promise<PreparedModel> {
   // The embedding table is read while the weights are converted.
   const embedded = plan.start === 0 ? EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : Promise.resolve(undefined);
@@ -394,6 +400,7 @@ async function prepareModel(
     maxPositions: shape.maxPositions,
     provider,
     ...(replayInputs ? { replay: true as const } : {}),
+    ...(layout === 'fast' ? { layout } : {}),
   };
   const found = cached && key && (await cached.cache.lookup(key, cached.source));
   if (found !== undefined) return { model: found, embedding: await embedded, source: 'cache', buildMs: 0 };
@@ -401,7 +408,7 @@ async function prepareModel(
     // Streamed: one layer's weights are read, converted and written to its layer file at a time;
     // a layer built before (for any range) is added hollow and its file reused as it is.
     const build = (pool: RepackPool | undefined) => cached.cache.build(key, cached.source, async ({ place, reused, flush }) => {
-      const source = await openStageWeights(file, shape, pool !== undefined ? { pool } : {});
+      const source = await openStageWeights(file, shape, { layout, ...(pool !== undefined ? { pool } : {}) });
       try {
         const b = stageGraphBuilder(shape, plan, { accuracyLevel, replayInputs }, { place });
         const raw = (L: number): boolean => L < plan.end && !reused(L);
@@ -433,7 +440,7 @@ async function prepareModel(
     return { model, embedding: await embedded, source: 'built', buildMs: performance.now() - t0 };
   }
   // Without a cache the model is built in memory (small models, tests).
-  const model = encodeModel(buildStageGraph(shape, await loadStageWeights(file, shape, plan), { accuracyLevel, replayInputs })).model;
+  const model = encodeModel(buildStageGraph(shape, await loadStageWeights(file, shape, plan, layout), { accuracyLevel, replayInputs })).model;
   return { model, embedding: await embedded, source: 'built', buildMs: performance.now() - t0 };
 }
 

@@ -5,10 +5,23 @@ import type { GgufTensorInfo } from '../../model/gguf/gguf-reader.js';
 import { GgmlType, ggmlTypeName } from '../../model/gguf/gguf-types.js';
 import { DEQUANTIZABLE_TYPES, dequantize } from '../../model/gguf/dequantize.js';
 import type { LinearWeight } from '../stage-graph.js';
-import { f32FromBf16Bytes, f32FromF16Bytes, f32FromF32Bytes, q4_0ToNBits, q4_KToNBits, q6_KToNBits, q8_0ToNBits } from './repack.js';
+import { f32FromBf16Bytes, f32FromF16Bytes, f32FromF32Bytes, FAST_BLOCK, q4_0ToNBits, q4_KToNBits, q6_KToNBits, q8_0ToNBits, requantize4 } from './repack.js';
 
 /** What a conversion needs of a tensor's header. */
 export type TensorForm = Pick<GgufTensorInfo, 'name' | 'type' | 'dims'>;
+
+/**
+ * How matrices are laid out for MatMulNBits. exact: the GGUF's own blocks, bit for bit (default).
+ * fast: Q4_0 requantized to blocks of 128 with zero points (repack.ts requantize4; lossy), which
+ * onnxruntime reads in about the GGUF's bytes; other types as exact.
+ */
+export type WeightLayout = 'exact' | 'fast';
+export const WEIGHT_LAYOUTS: readonly WeightLayout[] = ['exact', 'fast'];
+
+/** Whether `layout` requantizes this matrix (Q4_0 whose rows hold whole fast blocks). */
+function requantized(t: TensorForm, k: number, layout: WeightLayout): boolean {
+  return layout === 'fast' && t.type === GgmlType.Q4_0 && k % FAST_BLOCK === 0;
+}
 
 function count(t: TensorForm): number {
   return t.dims.reduce((a, b) => a * b, 1);
@@ -36,8 +49,9 @@ export function toF32(t: TensorForm, bytes: Uint8Array): Float32Array {
 }
 
 /** The form toLinear gives a tensor of this type, with empty arrays. */
-export function hollowLinear(t: TensorForm, n: number, k: number): LinearWeight {
+export function hollowLinear(t: TensorForm, n: number, k: number, layout: WeightLayout = 'exact'): LinearWeight {
   const nbits = (bits: 4 | 8, blockSize: number): LinearWeight => ({ kind: 'nbits', n, k, bits, blockSize, b: new Uint8Array(0), scales: new Float32Array(0) });
+  if (requantized(t, k, layout)) return { ...nbits(4, FAST_BLOCK), zeroPoints: new Uint8Array(0) } as LinearWeight;
   switch (t.type) {
     case GgmlType.F32:
     case GgmlType.F16:
@@ -57,7 +71,8 @@ export function hollowLinear(t: TensorForm, n: number, k: number): LinearWeight 
   }
 }
 
-export function toLinear(t: TensorForm, bytes: Uint8Array, n: number, k: number): LinearWeight {
+export function toLinear(t: TensorForm, bytes: Uint8Array, n: number, k: number, layout: WeightLayout = 'exact'): LinearWeight {
+  if (requantized(t, k, layout)) return requantize4(q4_0ToNBits(bytes, n, k) as Extract<LinearWeight, { kind: 'nbits' }>, FAST_BLOCK);
   switch (t.type) {
     case GgmlType.F32:
     case GgmlType.F16:

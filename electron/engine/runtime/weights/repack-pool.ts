@@ -11,7 +11,7 @@ import { KiwiError } from '../../errors.js';
 import type { KiwiErrorCode } from '../../errors.js';
 import type { LinearWeight } from '../stage-graph.js';
 import { toLinear } from './convert.js';
-import type { TensorForm } from './convert.js';
+import type { TensorForm, WeightLayout } from './convert.js';
 
 export interface RepackJob {
   id: number;
@@ -19,6 +19,7 @@ export interface RepackJob {
   bytes: Uint8Array;
   n: number;
   k: number;
+  layout: WeightLayout;
 }
 
 export type RepackAnswer = { id: number; weight: LinearWeight } | { id: number; error: { code: string | undefined; message: string; details: unknown } };
@@ -44,12 +45,12 @@ export class RepackPool {
 
   constructor(private readonly size = defaultRepackWorkers()) {}
 
-  /** toLinear(form, bytes, n, k) on a worker; `bytes` is handed over (do not use it afterwards). */
-  convert(form: TensorForm, bytes: Uint8Array, n: number, k: number): Promise<LinearWeight> {
-    if (this.broken) return Promise.resolve().then(() => toLinear(form, bytes, n, k));
+  /** toLinear(form, bytes, n, k, layout) on a worker; `bytes` is handed over (do not use it afterwards). */
+  convert(form: TensorForm, bytes: Uint8Array, n: number, k: number, layout: WeightLayout = 'exact'): Promise<LinearWeight> {
+    if (this.broken) return Promise.resolve().then(() => toLinear(form, bytes, n, k, layout));
     // Only a buffer of its own can be transferred (small Buffers share Node's pool).
     const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : bytes.slice();
-    const job: RepackJob = { id: this.nextId++, form: { name: form.name, type: form.type, dims: [...form.dims] }, bytes: own, n, k };
+    const job: RepackJob = { id: this.nextId++, form: { name: form.name, type: form.type, dims: [...form.dims] }, bytes: own, n, k, layout };
     return new Promise<LinearWeight>((resolve, reject) => {
       this.pending.set(job.id, { job, resolve, reject });
       const slot = this.pick();

@@ -9,7 +9,7 @@ if (port === null) throw new Error('repack-worker.ts runs as a worker thread');
 port.on('message', (job: RepackJob) => {
   let answer: RepackAnswer;
   try {
-    const weight = toLinear(job.form, job.bytes, job.n, job.k);
+    const weight = toLinear(job.form, job.bytes, job.n, job.k, job.layout);
     answer = { id: job.id, weight };
   } catch (err) {
     const e = err as { code?: string; message?: string; details?: unknown };
@@ -18,7 +18,7 @@ port.on('message', (job: RepackJob) => {
   const transfer: ArrayBuffer[] = [];
   if ('weight' in answer) {
     const w = answer.weight;
-    const arrays = w.kind === 'float' ? [w.weight] : [w.b, w.scales, ...(w.blockOffsets !== undefined ? [w.blockOffsets] : [])];
+    const arrays = w.kind === 'float' ? [w.weight] : [w.b, w.scales, ...(w.blockOffsets !== undefined ? [w.blockOffsets] : []), ...(w.zeroPoints !== undefined ? [w.zeroPoints] : [])];
     for (const a of arrays) transfer.push(a.buffer as ArrayBuffer);
   }
   port.postMessage(answer, transfer);

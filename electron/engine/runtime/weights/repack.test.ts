@@ -6,7 +6,8 @@ import { GraphBuilder, encodeModel } from '../../ort/onnx-graph.js';
 import { createStageSession, f32Tensor } from '../../ort/session.js';
 import { nbitsLinear } from '../stage-graph.js';
 import type { LinearWeight } from '../stage-graph.js';
-import { f16ToF32, f32FromBf16Bytes, f32FromF16Bytes, linearToF32, q4_0ToNBits, q4_KToNBits, q6_KToNBits, q8_0ToNBits } from './repack.js';
+import { FAST_BLOCK, f16ToF32, f32FromBf16Bytes, f32FromF16Bytes, linearToF32, q4_0ToNBits, q4_KToNBits, q6_KToNBits, q8_0ToNBits, requantize4 } from './repack.js';
+import { toLinear } from './convert.js';
 
 function randomValues(count: number, seed: number): Float32Array {
   let s = seed >>> 0;
@@ -115,6 +116,83 @@ describe('GGUF to MatMulNBits repacking', () => {
       }
     },
   );
+});
+
+describe('the fast layout: Q4_0 requantized to blocks of 128 with zero points', () => {
+  const nbits = (w: LinearWeight) => {
+    if (w.kind !== 'nbits') throw new Error('expected nbits');
+    return w;
+  };
+  const fastOf = (bytes: Uint8Array, n: number, k: number) => requantize4(nbits(q4_0ToNBits(bytes, n, k)), FAST_BLOCK);
+
+  test('keeps every weight within one step of its block, about a third of a step on average, and bit-exact where four blocks share a grid', () => {
+    const bytes = quantize(GgmlType.Q4_0, randomValues(N * K, 21));
+    const exact = dequantize(GgmlType.Q4_0, bytes, N * K);
+    const w = fastOf(bytes, N, K);
+    expect([w.blockSize, w.scales.length, w.zeroPoints?.length]).toEqual([FAST_BLOCK, (N * K) / FAST_BLOCK, (N * K) / FAST_BLOCK / 2]);
+    const got = linearToF32(w);
+    let worst = 0;
+    let squares = 0;
+    for (let i = 0; i < got.length; i++) {
+      const step = w.scales[Math.floor(i / FAST_BLOCK)]!;
+      worst = Math.max(worst, Math.abs(got[i]! - exact[i]!) / step);
+      squares += ((got[i]! - exact[i]!) / step) ** 2;
+    }
+    expect(worst).toBeLessThanOrEqual(1);
+    expect(Math.sqrt(squares / got.length)).toBeLessThan(0.4);
+    expect(got).not.toEqual(exact); // random scales per 32: lossy
+
+    // Four blocks of one scale whose nibbles run 0..15: the grid is theirs, and nothing moves.
+    const aligned = new Uint8Array(4 * 18);
+    for (let blk = 0; blk < 4; blk++) {
+      aligned.set([0x00, 0x3c], blk * 18); // scale 1.0 (f16)
+      for (let j = 0; j < 16; j++) aligned[blk * 18 + 2 + j] = (j & 0x0f) | (((15 - j) & 0x0f) << 4);
+    }
+    const f = fastOf(aligned, 1, 128);
+    expect(Array.from(f.scales)).toEqual([1]);
+    expect(f.zeroPoints![0]! & 0x0f).toBe(8);
+    expect(linearToF32(f)).toEqual(dequantize(GgmlType.Q4_0, aligned, 128));
+  });
+
+  test('is what toLinear gives Q4_0 in the fast layout when rows hold whole blocks of 128; other rows and types stay exact', () => {
+    const bytes = quantize(GgmlType.Q4_0, randomValues(N * K, 4));
+    const form = (k: number) => ({ name: 'w', type: GgmlType.Q4_0, dims: [k, N] });
+    expect(nbits(toLinear(form(K), bytes, N, K, 'fast'))).toEqual(fastOf(bytes, N, K));
+    expect(toLinear(form(K), bytes, N, K)).toEqual(q4_0ToNBits(bytes, N, K));
+    const short = quantize(GgmlType.Q4_0, randomValues(N * 96, 4));
+    expect(toLinear(form(96), short, N, 96, 'fast')).toEqual(q4_0ToNBits(short, N, 96));
+    const q8 = quantize(GgmlType.Q8_0, randomValues(N * K, 4));
+    expect(toLinear({ name: 'w', type: GgmlType.Q8_0, dims: [K, N] }, q8, N, K, 'fast')).toEqual(q8_0ToNBits(q8, N, K));
+  });
+
+  test('multiplies in MatMulNBits (zero points as onnxruntime reads them) like an f32 matmul of its own weights', async () => {
+    const bytes = quantize(GgmlType.Q4_0, randomValues(N * K, 9));
+    const w = fastOf(bytes, N, K);
+    const dense = linearToF32(w);
+    for (const accuracy of [0, 4] as const) {
+      const g = new GraphBuilder('mm');
+      const x = g.input('x', 'float32', [1, 1, K]);
+      nameOutput(g, nbitsLinear(g, x, w, 'w', accuracy, false), 'y');
+      g.output('y', 'float32', [1, 1, N]);
+      const session = await createStageSession(encodeModel(g).model, { provider: 'cpu', threads: 1 });
+      try {
+        const xs = randomValues(K, 5);
+        const y = (await session.run({ x: f32Tensor(xs, [1, 1, K]) })).y!.data as Float32Array;
+        for (let n = 0; n < N; n++) {
+          let ref = 0;
+          let mag = 0;
+          for (let k = 0; k < K; k++) {
+            ref += xs[k]! * dense[n * K + k]!;
+            mag += Math.abs(xs[k]! * dense[n * K + k]!);
+          }
+          // f32 accumulation order at level 0; int8 activations (1/254 per value) at level 4.
+          expect(Math.abs(y[n]! - ref)).toBeLessThan(mag * (accuracy === 0 ? 1e-5 : 1e-2));
+        }
+      } finally {
+        await session.dispose();
+      }
+    }
+  });
 });
 
 function nameOutput(g: GraphBuilder, value: string, name: string): void {
