@@ -11,17 +11,18 @@
 //               finish (encode + manifests + renames), then onnxruntime session creation on
 //               the built model and its first step;
 //   cache open  Stage.open again on the filled cache.
-// MB/s are GGUF weight bytes of the stage's tensors (what a member receives) per second.
+// MB/s are GGUF weight bytes of the stage's tensors (what a member receives) per second. The GGUF
+// is read once before the cold open, so it is page-cached (as a member's just-received weights are).
 // Run: npx tsx bench/shard-build.ts   Env: KIWI_BENCH_QUANTS (default q4_0,q8_0,q4_k_m),
 //      KIWI_BENCH_DIR (models + caches, default /tmp/kiwi-shard-build), KIWI_BENCH_THREADS,
-//      KIWI_BENCH_LABEL (a name for this run in the JSON, e.g. before/after).
+//      KIWI_BENCH_LABEL (a name for this run in the JSON, e.g. before/after), KIWI_BENCH_LAYOUT=fast.
 // Prints a table and writes bench/results/shard-build.json (runs are kept by label).
 // KIWI_BENCH_COMPARE=DIR (a checkout of another version, e.g. `git archive HEAD | tar -x -C DIR`
 // with node_modules linked): instead, cold open and cache open of this tree and DIR's, each in a
 // child process, alternating for KIWI_BENCH_ROUNDS (default 3) rounds; medians, wall and CPU
 // seconds (all threads: on a shared machine wall time swings with the neighbours' load).
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { createReadStream, existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
@@ -39,6 +40,8 @@ const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0,q4_k_m').split(',');
 const DIR = process.env.KIWI_BENCH_DIR ?? '/tmp/kiwi-shard-build';
 const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? os.availableParallelism());
 const LABEL = process.env.KIWI_BENCH_LABEL ?? 'run';
+/** KIWI_BENCH_LAYOUT=fast: the fast weight layout (Q4_0 requantized to blocks of 128). */
+const LAYOUT = process.env.KIWI_BENCH_LAYOUT === 'fast' ? ('fast' as const) : ('exact' as const);
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -69,11 +72,13 @@ async function measure(quant: string): Promise<Row> {
   const plan = { start: 0, end: shape.blockCount, head: true };
   const outputName = file.tensor('output.weight') !== undefined ? 'output.weight' : 'token_embd.weight';
   const stageBytes = file.tensors.filter((t) => /^blk\./.test(t.name) || t.name === outputName || t.name === 'output_norm.weight').reduce((a, t) => a + t.byteLength, 0);
-  const opts = { threads: THREADS };
+  const opts = { threads: THREADS, weightLayout: LAYOUT };
   const cacheDir = join(DIR, `cache-${quant}`);
 
-  // Cold open, as a member does it.
+  // Cold open, as a member does it: the GGUF page-cached (as weights a member just received are),
+  // so that the disk's speed is not measured as the build's.
   await rm(cacheDir, { recursive: true, force: true });
+  for await (const chunk of createReadStream(path, { highWaterMark: 16 << 20 })) void chunk;
   let t0 = performance.now();
   const cold = await Stage.open(file, shape, plan, { ...opts, cache: new ShardCache(cacheDir) });
   const coldOpenMs = performance.now() - t0;
@@ -94,7 +99,7 @@ async function measure(quant: string): Promise<Row> {
   const times: WeightTimes = { readMs: 0, convertMs: 0, readBytes: 0 };
   let writeMs = 0;
   let makeMs = 0;
-  const key = { model: await modelFingerprint(file), ...plan, accuracyLevel: 4, maxPositions: shape.maxPositions, provider: 'cpu' };
+  const key = { model: await modelFingerprint(file), ...plan, accuracyLevel: 4, maxPositions: shape.maxPositions, provider: 'cpu', ...(LAYOUT === 'fast' ? { layout: LAYOUT } : {}) };
   t0 = performance.now();
   const model = await new ShardCache(cacheDir).build(key, { path }, async ({ place, reused, flush }) => {
     const m0 = performance.now();
@@ -104,7 +109,7 @@ async function measure(quant: string): Promise<Row> {
       writeMs += performance.now() - w0;
       return r;
     };
-    const source = await openStageWeights(file, shape, { times });
+    const source = await openStageWeights(file, shape, { times, layout: LAYOUT });
     try {
       const b = stageGraphBuilder(shape, plan, { accuracyLevel: 4 }, { place: timedPlace });
       for (let L = plan.start; L < plan.end; L++) {
@@ -249,7 +254,7 @@ async function main(): Promise<void> {
     console.error(`${q} done`);
   }
   const f = (n: number) => n.toFixed(0);
-  console.log(`shard build, Llama-3.2-1B synth, ${THREADS} threads, load ${os.loadavg()[0]!.toFixed(1)} (${LABEL})`);
+  console.log(`shard build, Llama-3.2-1B synth, ${THREADS} threads, ${LAYOUT} layout, load ${os.loadavg()[0]!.toFixed(1)} (${LABEL})`);
   console.log('| format | stage MB | cold open ms | MB/s | build ms | session+step ms | read | convert | write | other | finish | ORT create | first step | cache open ms |');
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {

@@ -274,36 +274,46 @@ export function requantize4(w: NBits, block: number): NBits {
   const subs = block / w.blockSize; // source blocks per new block
   const subBytes = w.blockSize / 2;
   const src = w.b;
+  const srcScales = w.scales;
   const b = new Uint8Array((n * k) / 2);
   const scales = new Float32Array(n * perRow);
   const zeroPoints = new Uint8Array(n * zpRow);
   const lut = new Uint8Array(16);
   // Both layouts keep element e in byte e >> 1 (low nibble first), and a new block is whole source
   // blocks: each source block's nibbles map through a table of its own.
-  for (let nb = 0; nb < n * perRow; nb++) {
-    const firstSub = nb * subs;
+  for (let nb = 0, sb0 = 0; nb < n * perRow; nb++, sb0 += subs) {
     let lo = 0;
     let hi = 0;
-    for (let sb = firstSub; sb < firstSub + subs; sb++) {
+    for (let sb = sb0; sb < sb0 + subs; sb++) {
       // Which nibble values occur, as bits of a mask: its lowest and highest bits are the block's extremes.
       let seen = 0;
-      for (let i = sb * subBytes, end = i + subBytes; i < end; i++) seen |= (1 << (src[i]! & 0x0f)) | (1 << (src[i]! >> 4));
-      const s = w.scales[sb]!;
+      for (let i = sb * subBytes, end = i + subBytes; i < end; i++) {
+        const x = src[i]!;
+        seen |= (1 << (x & 0x0f)) | (1 << (x >> 4));
+      }
+      const s = srcScales[sb]!;
       const a = s * (31 - Math.clz32(seen & -seen) - 8);
       const c = s * (31 - Math.clz32(seen) - 8);
-      lo = Math.min(lo, a, c);
-      hi = Math.max(hi, a, c);
+      if (a < lo) lo = a;
+      if (c < lo) lo = c;
+      if (a > hi) hi = a;
+      if (c > hi) hi = c;
     }
     const scale = hi > lo ? Math.fround((hi - lo) / 15) : 1;
     const zp = Math.min(15, Math.max(0, Math.round(-lo / scale)));
     scales[nb] = scale;
-    const r = Math.floor(nb / perRow);
     const c = nb % perRow;
-    zeroPoints[r * zpRow + (c >> 1)]! |= zp << ((c & 1) * 4);
-    for (let sb = firstSub; sb < firstSub + subs; sb++) {
-      const s = w.scales[sb]!;
-      for (let u = 0; u < 16; u++) lut[u] = Math.min(15, Math.max(0, Math.round((s * (u - 8)) / scale) + zp));
-      for (let i = sb * subBytes, end = i + subBytes; i < end; i++) b[i] = lut[src[i]! & 0x0f]! | (lut[src[i]! >> 4]! << 4);
+    zeroPoints[(nb - c) / perRow * zpRow + (c >> 1)]! |= zp << ((c & 1) * 4);
+    for (let sb = sb0; sb < sb0 + subs; sb++) {
+      const step = srcScales[sb]! / scale;
+      for (let u = 0; u < 16; u++) {
+        const q = Math.round(step * (u - 8)) + zp;
+        lut[u] = q < 0 ? 0 : q > 15 ? 15 : q;
+      }
+      for (let i = sb * subBytes, end = i + subBytes; i < end; i++) {
+        const x = src[i]!;
+        b[i] = lut[x & 0x0f]! | (lut[x >> 4]! << 4);
+      }
     }
   }
   return { kind: 'nbits', n, k, bits: 4, blockSize: block, b, scales, zeroPoints };
