@@ -1,4 +1,5 @@
-// StopMatcher: finds a stop sequence however the text is cut into pieces, and keeps only a bounded tail.
+// StopMatcher: finds a stop sequence however the text is cut into pieces, ends the generation only
+// once the earliest stop in the text is settled, and keeps only a bounded tail.
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { StopMatcher } from './stop-matcher.js';
@@ -32,6 +33,15 @@ describe('StopMatcher', () => {
     expect(m.push('def')).toBe(true);
   });
 
+  test('waits while a stop that began earlier can still complete', () => {
+    const m = new StopMatcher(['b\n\n', '\n']);
+    expect(m.push('ab\n')).toBe(false); // "\n" matched, but "b\n\n" is open
+    expect(m.push('c')).toBe(true); // it did not complete: the cut is at "\n"
+    const n = new StopMatcher(['b\n\n', '\n']);
+    expect(n.push('ab\n')).toBe(false);
+    expect(n.push('\n')).toBe(true); // it did: the cut is at "b\n\n"
+  });
+
   test('ignores empty stop strings and empty pieces', () => {
     const m = new StopMatcher(['']);
     expect(m.active).toBe(false);
@@ -56,13 +66,27 @@ describe('StopMatcher', () => {
           pieces.push(text.slice(at, p));
           at = p;
         }
-        // Reference: the first piece after which the accumulated text contains a stop sequence.
+        // Reference, by brute force: the first piece after which the accumulated text contains a
+        // stop sequence and no stop that begins before the earliest one found is still open (the
+        // rest of the text from there a proper beginning of a longer stop).
         let acc = '';
         const reference = pieces.findIndex((p) => {
           acc += p;
-          return p !== '' && stops.some((s) => acc.includes(s));
+          if (p === '') return false;
+          const hits = stops.map((s) => acc.indexOf(s)).filter((i) => i >= 0);
+          if (hits.length === 0) return false;
+          const first = Math.min(...hits);
+          for (let j = 0; j < first; j++) if (stops.some((s) => s.length > acc.length - j && s.startsWith(acc.slice(j)))) return false;
+          return true;
         });
-        expect(firstHit(stops, pieces)).toBe(reference);
+        const hit = firstHit(stops, pieces);
+        expect(hit).toBe(reference);
+        // Where it stops, the cut is final: the earliest stop so far is the earliest in the whole text.
+        if (hit >= 0) {
+          const sofar = pieces.slice(0, hit + 1).join('');
+          const earliest = (t: string) => Math.min(...stops.map((s) => t.indexOf(s)).filter((i) => i >= 0));
+          expect(earliest(sofar)).toBe(earliest(text));
+        }
         },
       ),
     );

@@ -24,6 +24,19 @@ describe('stop sequences', () => {
     expect(r.json.choices[0]).toMatchObject({ text: full.slice(0, at), finish_reason: 'stop' });
   });
 
+  test('a stop found while an earlier, longer one might still complete waits for it: the earliest in the text wins', async () => {
+    const { pieces } = await directGreedy(direct, prompt, 30);
+    const full = pieces.join('');
+    const both = await apiCall(api, 'POST', '/v1/completions', { prompt, max_tokens: 30, temperature: 0, stop: [' girl named Lily', 'named'] });
+    expect(both.json.choices[0]).toMatchObject({ text: full.slice(0, full.indexOf(' girl named Lily')), finish_reason: 'stop' });
+    // Generation ends on the token that completes "named"; " girl named X" began earlier and never completes.
+    const k = pieces.findIndex((_, i) => pieces.slice(0, i + 1).join('').includes('named')) + 1;
+    expect(k).toBeGreaterThan(0);
+    const text = pieces.slice(0, k).join('');
+    const r = await apiCall(api, 'POST', '/v1/completions', { prompt, max_tokens: k, temperature: 0, stop: [' girl named X', 'named'] });
+    expect(r.json.choices[0]).toMatchObject({ text: text.slice(0, text.indexOf('named')), finish_reason: 'stop' });
+  });
+
   test('in a stream, never send any part of the stop string', async () => {
     const full = (await directGreedy(direct, prompt, 30)).pieces.join('');
     const stop = 'named Lily';

@@ -72,9 +72,10 @@ export async function* drive(run: Run, backend: CompletionBackend): AsyncGenerat
     if (e.type === 'end') {
       const rest = filter.flush();
       sent += rest.length;
-      const tokens = held.splice(0).map((h) => h.token);
+      // A stop sequence the held text still hid cuts it: the tokens past the cut are dropped.
+      const tokens = filter.stopped ? take() : held.splice(0).map((h) => h.token);
       if (rest !== '' || tokens.length > 0) yield { text: rest, tokens };
-      return { finishReason: e.finishReason, completionTokens };
+      return { finishReason: filter.stopped ? 'stop' : e.finishReason, completionTokens };
     }
   }
   throw new Error('the backend ended a generation without an end event');

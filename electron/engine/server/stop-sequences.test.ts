@@ -11,7 +11,8 @@ function run(stops: string[], pieces: string[]): { out: string; stopped: boolean
     out += r.text;
     if (r.stopped) return { out, stopped: true };
   }
-  return { out: out + f.flush(), stopped: false };
+  out += f.flush();
+  return { out, stopped: f.stopped };
 }
 
 describe('StopSequenceFilter', () => {
@@ -38,6 +39,16 @@ describe('StopSequenceFilter', () => {
 
   test('releases a held-back partial match at the end when no stop came', () => {
     expect(run(['\n\n'], ['one\n'])).toEqual({ out: 'one\n', stopped: false });
+  });
+
+  test('waits for an earlier stop that may still complete before cutting at a later one', () => {
+    // "\n" matched at 2, but "b\n\n" began at 1: the next piece decides (fast-check's counterexample).
+    expect(run(['b\n\n', '\n'], ['ab\n', '\n'])).toEqual({ out: 'a', stopped: true });
+    expect(run(['b\n\n', '\n'], ['ab\n', 'c'])).toEqual({ out: 'ab', stopped: true });
+    // Generation ended while it waited: the stop found still cuts the text.
+    const f = new StopSequenceFilter(['b\n\n', '\n']);
+    expect(f.push('ab\n')).toEqual({ text: 'a', stopped: false });
+    expect([f.flush(), f.stopped]).toEqual(['b', true]);
   });
 
   test('any split of the text gives what cutting the whole text gives', () => {

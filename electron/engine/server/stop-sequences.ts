@@ -1,5 +1,6 @@
 // Stop sequences over streamed text: text is released only once it can no longer be the start of a
 // stop string, and never includes the stop string itself. Pure; one instance per response.
+import { firstPendingStop, firstStop } from '../runtime/stop-matcher.js';
 
 export interface StopPush {
   /** Text that is safe to send now. */
@@ -27,34 +28,30 @@ export class StopSequenceFilter {
     if (this.done) return { text: '', stopped: true };
     const buffer = this.held + piece;
     if (this.stops.length === 0) return { text: buffer, stopped: false };
-    let first = -1;
-    for (const s of this.stops) {
-      const at = buffer.indexOf(s);
-      if (at >= 0 && (first < 0 || at < first)) first = at;
-    }
-    if (first >= 0) {
+    const first = firstStop(buffer, this.stops);
+    // A stop that begins before the one found (or before the end) may still complete with the
+    // next pieces ("b\n\n" in "ab\n" when "\n" matched): the earliest stop in the whole text wins.
+    const pending = firstPendingStop(buffer, this.stops, this.longest, first >= 0 ? first : buffer.length);
+    if (first >= 0 && pending < 0) {
       this.done = true;
       this.held = '';
       return { text: buffer.slice(0, first), stopped: true };
     }
-    const keep = this.partialStopSuffix(buffer);
-    this.held = buffer.slice(buffer.length - keep);
-    return { text: buffer.slice(0, buffer.length - keep), stopped: false };
+    const keepFrom = pending >= 0 ? pending : buffer.length;
+    this.held = buffer.slice(keepFrom);
+    return { text: buffer.slice(0, keepFrom), stopped: false };
   }
 
-  /** The text still held back; call once when generation ended without a stop sequence. */
+  /**
+   * The text still held back; call once when generation ended. A stop sequence inside it (one
+   * found while an earlier one might still have completed) cuts it, and `stopped` turns true.
+   */
   flush(): string {
     const rest = this.done ? '' : this.held;
     this.held = '';
-    return rest;
-  }
-
-  /** Length of the longest end of `buffer` that is the beginning of some stop sequence. */
-  private partialStopSuffix(buffer: string): number {
-    for (let k = Math.min(buffer.length, this.longest - 1); k > 0; k--) {
-      const tail = buffer.slice(buffer.length - k);
-      if (this.stops.some((s) => s.startsWith(tail))) return k;
-    }
-    return 0;
+    const at = firstStop(rest, this.stops);
+    if (at < 0) return rest;
+    this.done = true;
+    return rest.slice(0, at);
   }
 }
