@@ -86,6 +86,8 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       // The ring's measured block time, with the fixed part of a step it kept (stage-drift-monitor.ts splitMeasured).
       ...(d.blockMs !== undefined ? { blockMs: d.blockMs, stepMs: d.stepMs ?? 0 } : {}),
       ...(input.hopMs !== undefined ? { hopMs: input.hopMs } : {}),
+      // The host (devices[0]) serves the API as well: its process holds more than a member's runtime.
+      ...(i === 0 && spec.memoryCoversRuntime === true ? { servesApi: true } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
     };
   });

@@ -11,6 +11,7 @@
 // weights (1B: 4 KiB a position against 46 MB), so they are left out. A ring's circuit adds, per
 // edge, the link's RTT and the sending device's measured hop cost beyond it (plan.ts; DeviceSpec.hopMs).
 import { stageOverheadAt, type DeviceSpec, type Fleet } from './fleet.js';
+import { HOST_API_BYTES } from './model-sizes.js';
 
 /**
  * Which input the costs come from, best first. One tier for the whole plan: the best that every
@@ -59,7 +60,7 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
   const largestMemory = Math.max(...fleet.devices.map((d) => d.memoryBytes));
   return fleet.devices.map((d) => {
     // The runtime's own memory counts where the device's figure covers the whole process.
-    const overheadBytes = d.memoryCoversRuntime === true ? overhead : 0;
+    const overheadBytes = d.memoryCoversRuntime === true ? overhead + (d.servesApi === true ? HOST_API_BYTES : 0) : 0;
     let perBlock: number;
     let head: number;
     let step = 0;

@@ -68,6 +68,8 @@ export interface DeviceSpec {
    * of it. Otherwise (a fleet file's figure) memoryBytes is for blocks, KV cache and head alone.
    */
   memoryCoversRuntime?: boolean;
+  /** The device's process also serves the API (the host): with memoryCoversRuntime, HOST_API_BYTES more of it is the runtime's. */
+  servesApi?: boolean;
   /** Measured memory bandwidth. */
   bandwidthGBps?: number;
   /** Measured time of one decoder block of this model on this device, per token. */

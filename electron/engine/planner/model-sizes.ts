@@ -24,6 +24,16 @@ export const KV_BYTES_PER_ELEMENT = RUNTIME_KV_BYTES_PER_ELEMENT;
 export const RUNTIME_BASELINE_BYTES = 192 * 2 ** 20;
 
 /**
+ * What the host's process holds beyond a member's runtime: the API server, its tokenizer worker,
+ * prompts, responses and the prompt cache's bookkeeping, and the garbage of them that V8 frees
+ * only at its next collection (an ArrayBuffer is returned lazily). Measured in ring.memory.process.test.ts:
+ * 35-40 MiB more than a member on a quiet machine, and up to 88 MiB over its admitted memory on
+ * two cores loaded by other tests; planned for the host's stage when its memory figure covers the
+ * whole process (DeviceSpec.servesApi).
+ */
+export const HOST_API_BYTES = 96 * 2 ** 20;
+
+/**
  * A whole-process memory budget in MiB (`kiwi join --memory-mb`, the app's join form), refused at
  * once when the runtime alone would not fit; one that fits the runtime but not one layer of the
  * host's model is refused by the host (MEMORY_BUDGET_TOO_SMALL, with the figure it needs).
