@@ -1,7 +1,9 @@
 // Decode speed of one Llama-3.2-1B-shape stage (synth Q4_0 GGUF) with a request-sized KV
 // reservation, buffers grown on use (stage.ts) vs buffers allocated at the full reservation
-// (the earlier layout), rounds alternating. onnxruntime-node copies every fetched present K/V
-// back into JS each run, so the full layout pays for the whole reservation on every step.
+// (the earlier layout), rounds alternating. While stages fetched the whole present K/V,
+// onnxruntime-node's copy of every fetched output made the full layout pay for the whole
+// reservation on every step; a stage now fetches only the new positions (stage-graph.ts
+// IO.newKey), and the two should decode alike (growth then only bounds memory).
 // Run: npx tsx bench/kv-growth.ts   Env: KIWI_KV_RESERVE (default 2048), KIWI_KV_ROUNDS (default 4),
 // KIWI_PROF_DIR (model and shard cache, kept between runs). Writes bench/results/kv-growth.json.
 import { mkdir, writeFile } from 'node:fs/promises';

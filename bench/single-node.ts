@@ -3,13 +3,11 @@
 // tokens/s for a 128-token prompt, decode tokens/s, peak RSS, shard build time cold and warm, and
 // the memory-bandwidth floor (weight bytes per token / measured bandwidth). Each engine runs in
 // its own child process (so peak RSS is its own); rounds alternate between them (and which goes
-// first) so a noisy neighbour hits both alike. Kiwi also decodes with a request-sized KV
-// reservation (KIWI_BENCH_RESERVE positions): onnxruntime-node copies every fetched present K/V
-// back into JS each step, so the decode cost grows with the reserved capacity, not only with the
-// filled length.
+// first) so a noisy neighbour hits both alike. Both also decode after a long prompt
+// (KIWI_BENCH_LONG positions): what attention over a long KV cache adds to every step.
 // Run: npx tsx bench/single-node.ts
 // Env: KIWI_BENCH_ROUNDS (default 7), KIWI_BENCH_THREADS (default all cores),
-//      KIWI_BENCH_RESERVE (KV positions reserved for the second Kiwi decode, default 2048),
+//      KIWI_BENCH_LONG (prompt positions of the long decode, default 2048; 0: none),
 //      KIWI_BENCH_QUANTS (default q4_0,q8_0,q4_k_m), KIWI_BENCH_DECODE (decode tokens, default 32),
 //      KIWI_BENCH_FAST=0 for exact f32 activations (default: int8 activations, as llama.cpp),
 //      KIWI_BENCH_FAST_LAYOUT=0 to leave out Kiwi's fast weight layout (`--weight-layout fast`:
@@ -25,7 +23,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 7);
-const RESERVE = Number(process.env.KIWI_BENCH_RESERVE ?? 2048);
+const LONG = Number(process.env.KIWI_BENCH_LONG ?? 2048);
 const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? os.availableParallelism());
 const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0,q4_k_m').split(',');
 const DECODE_TOKENS = Number(process.env.KIWI_BENCH_DECODE ?? 32);
@@ -39,8 +37,8 @@ type Layout = 'exact' | 'fast';
 interface RoundResult {
   prefillTokPerS: number;
   decodeTokPerS: number;
-  /** Kiwi only: decode tokens/s when the request's KV cache holds RESERVE positions. */
-  reservedDecodeTokPerS?: number;
+  /** Decode tokens/s after a LONG-position prompt (undefined: LONG 0). */
+  longDecodeTokPerS?: number;
   /** The greedy tokens after the prompt (DECODE_TOKENS + 1). */
   tokens: number[];
 }
@@ -54,6 +52,11 @@ type Message =
 /** The prompt: fixed ids inside every vocabulary (BOS + a cycle of ordinary tokens). */
 function promptIds(): number[] {
   return [1, ...Array.from({ length: PROMPT_TOKENS - 1 }, (_, i) => 1000 + ((i * 7919) % 20000))];
+}
+
+/** The long decode's prompt: LONG positions. */
+function longPromptIds(): number[] {
+  return [1, ...Array.from({ length: LONG - 1 }, (_, i) => 1000 + ((i * 104729) % 20000))];
 }
 
 // ---- child side ----------------------------------------------------------------------------
@@ -71,7 +74,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
     const { StageChain } = await import('../electron/engine/runtime/stage-chain.js');
     const { argmax } = await import('../electron/engine/runtime/sampling.js');
     const file = await openGguf(modelPath);
-    const shape = await modelShapeFromGguf(file, { maxPositions: Math.max(1024, RESERVE) });
+    const shape = await modelShapeFromGguf(file, { maxPositions: Math.max(1024, LONG + DECODE_TOKENS + 1) });
     const cache = new ShardCache(cacheDir);
     const opts = { cache, threads: THREADS, accuracyLevel: FAST ? (4 as const) : (0 as const), weightLayout: layout };
     const plan = { start: 0, end: shape.blockCount, head: true };
@@ -91,11 +94,12 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
     const warmBuildMs = performance.now() - t1;
     if (stage.origin.source !== 'cache') throw new Error('the warm start did not come from the shard cache');
     const chain = new StageChain([stage]);
-    // Prefill, then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms, greedy tokens].
-    const generate = async (capacity: number): Promise<[number, number, number[]]> => {
-      const caches = chain.newCaches(capacity);
+    // Prefill (in PROMPT_TOKENS chunks), then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms, greedy tokens].
+    const generate = async (prompt: number[]): Promise<[number, number, number[]]> => {
+      const caches = chain.newCaches(prompt.length + DECODE_TOKENS + 1);
       const p0 = performance.now();
-      let logits = (await chain.step([{ tokens: promptIds(), caches }]))[0]!;
+      let logits: Float32Array = new Float32Array(0);
+      for (let i = 0; i < prompt.length; i += PROMPT_TOKENS) logits = (await chain.step([{ tokens: prompt.slice(i, i + PROMPT_TOKENS), caches }]))[0]!;
       const prefillMs = performance.now() - p0;
       const tokens = [argmax(logits)];
       const d0 = performance.now();
@@ -116,12 +120,12 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
       return out;
     };
     round = async () => {
-      const [prefillMs, decodeMs, tokens] = await generate(PROMPT_TOKENS + DECODE_TOKENS + 1);
-      const [, reservedMs] = await generate(Math.min(RESERVE, shape.maxPositions));
+      const [prefillMs, decodeMs, tokens] = await generate(promptIds());
+      const longMs = LONG > 0 ? (await generate(longPromptIds()))[1] : undefined;
       return {
         prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
         decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
-        reservedDecodeTokPerS: (DECODE_TOKENS * 1000) / reservedMs,
+        ...(longMs !== undefined ? { longDecodeTokPerS: (DECODE_TOKENS * 1000) / longMs } : {}),
         tokens,
       };
     };
@@ -131,10 +135,11 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
     const t0 = performance.now();
     const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' as never });
     const model = await llama.loadModel({ modelPath });
-    const context = await model.createContext({ contextSize: Math.max(1024, RESERVE), threads: THREADS, batchSize: PROMPT_TOKENS });
+    const context = await model.createContext({ contextSize: Math.max(1024, LONG + DECODE_TOKENS + 1), threads: THREADS, batchSize: PROMPT_TOKENS });
     const sequence = context.getSequence();
     const loadMs = performance.now() - t0;
-    round = async () => {
+    // Prefill, then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms, greedy tokens].
+    const generate = async (prompt: number[]): Promise<[number, number, number[]]> => {
       await sequence.clearHistory();
       const p0 = performance.now();
       let n = 0;
@@ -142,7 +147,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
       let d0 = 0;
       const tokens: number[] = [];
       // The first yielded token marks the end of the prompt's evaluation (prefill + one sample).
-      for await (const token of sequence.evaluate(promptIds() as never, { temperature: 0 })) {
+      for await (const token of sequence.evaluate(prompt as never, { temperature: 0 })) {
         if (n === 0) {
           prefillMs = performance.now() - p0;
           d0 = performance.now();
@@ -150,8 +155,17 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
         tokens.push(Number(token));
         if (n++ >= DECODE_TOKENS) break;
       }
-      const decodeMs = performance.now() - d0;
-      return { prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs, decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs, tokens };
+      return [prefillMs, performance.now() - d0, tokens];
+    };
+    round = async () => {
+      const [prefillMs, decodeMs, tokens] = await generate(promptIds());
+      const longMs = LONG > 0 ? (await generate(longPromptIds()))[1] : undefined;
+      return {
+        prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
+        decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
+        ...(longMs !== undefined ? { longDecodeTokPerS: (DECODE_TOKENS * 1000) / longMs } : {}),
+        tokens,
+      };
     };
     send({ type: 'ready', loadMs });
   }
@@ -288,7 +302,7 @@ async function main(): Promise<void> {
           decode_tok_s_best: Math.max(...decode),
           prefill_tok_s_best: Math.max(...rs.map((x) => x.prefillTokPerS)),
           decode_tok_s_rounds: decode,
-          reserved_decode_tok_s: engine === 'kiwi' ? median(rs.map((x) => x.reservedDecodeTokPerS!)) : null,
+          long_decode_tok_s: LONG > 0 ? median(rs.map((x) => x.longDecodeTokPerS!)) : null,
           peak_rss_mb: rss.peakRssBytes / 2 ** 20,
           load_ms: ready.loadMs,
         };
@@ -312,8 +326,10 @@ async function main(): Promise<void> {
         prefill_best_ratio: k.prefill_tok_s_best! / l.prefill_tok_s_best!,
         // Per round, Kiwi over the llama.cpp round next to it: the pairs share the same neighbours.
         decode_ratio_rounds: results.kiwi.map((x, i) => x.decodeTokPerS / results['llama.cpp'][i]!.decodeTokPerS),
-        kiwi_decode_reserved_tok_s: k.reserved_decode_tok_s,
-        reserve_positions: RESERVE,
+        kiwi_long_decode_tok_s: k.long_decode_tok_s,
+        llama_long_decode_tok_s: l.long_decode_tok_s,
+        long_decode_ratio: LONG > 0 ? k.long_decode_tok_s! / l.long_decode_tok_s! : null,
+        long_positions: LONG,
         kiwi_peak_rss_mb: k.peak_rss_mb,
         llama_peak_rss_mb: l.peak_rss_mb,
         kiwi_cold_build_ms: built.coldBuildMs ?? null,
@@ -355,9 +371,9 @@ async function main(): Promise<void> {
     typeof v === 'number' ? (Number.isInteger(v) ? String(v) : v.toFixed(v < 10 ? 2 : 1)) : Array.isArray(v) ? v.map(fmt).join('-') : String(v);
   const cols = [
     'quant', 'kiwi_prefill_tok_s', 'llama_prefill_tok_s', 'prefill_ratio', 'kiwi_decode_tok_s', 'llama_decode_tok_s', 'decode_ratio',
-    'kiwi_decode_best_tok_s', 'llama_decode_best_tok_s', 'decode_best_ratio', 'prefill_best_ratio', 'kiwi_decode_reserved_tok_s', 'kiwi_peak_rss_mb', 'llama_peak_rss_mb', 'kiwi_cold_build_ms', 'kiwi_warm_build_ms', 'bandwidth_floor_tok_s', 'loadavg_1m',
+    'kiwi_decode_best_tok_s', 'llama_decode_best_tok_s', 'decode_best_ratio', 'prefill_best_ratio', 'kiwi_long_decode_tok_s', 'llama_long_decode_tok_s', 'long_decode_ratio', 'kiwi_peak_rss_mb', 'llama_peak_rss_mb', 'kiwi_cold_build_ms', 'kiwi_warm_build_ms', 'bandwidth_floor_tok_s', 'loadavg_1m',
   ];
-  console.log(`threads ${THREADS}, ${ROUNDS} alternating rounds, medians (best = fastest round); prompt ${PROMPT_TOKENS}, decode ${DECODE_TOKENS}; reserved decode: KV cache of ${RESERVE} positions`);
+  console.log(`threads ${THREADS}, ${ROUNDS} alternating rounds, medians (best = fastest round); prompt ${PROMPT_TOKENS}, decode ${DECODE_TOKENS}; long decode: after ${LONG} positions`);
   console.log(cols.join('\t'));
   for (const r of rows) console.log(cols.map((c) => fmt(r[c])).join('\t'));
   for (const r of rows) console.log(`${String(r.quant)} decode ratio per round: ${(r.decode_ratio_rounds as number[]).map((x) => x.toFixed(2)).join(' ')}; greedy tokens equal to llama.cpp's before the first difference: ${String(r.kiwi_llama_agree)}/${DECODE_TOKENS + 1}; top-1 along llama.cpp's tokens: ${fmt(r.kiwi_llama_top1)}`);
@@ -372,7 +388,7 @@ async function main(): Promise<void> {
   const loadavg = os.loadavg();
   await writeFile(
     join(out, 'single-node.json'),
-    `${JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, threads: THREADS, prompt_tokens: PROMPT_TOKENS, decode_tokens: DECODE_TOKENS, reserve_positions: RESERVE, int8_activations: FAST, loadavg, rows }, null, 1)}\n`,
+    `${JSON.stringify({ date: new Date().toISOString(), rounds: ROUNDS, threads: THREADS, prompt_tokens: PROMPT_TOKENS, decode_tokens: DECODE_TOKENS, long_positions: LONG, int8_activations: FAST, loadavg, rows }, null, 1)}\n`,
   );
   await stat(join(out, 'single-node.json'));
 }

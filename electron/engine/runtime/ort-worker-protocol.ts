@@ -16,7 +16,7 @@ export type WireFetch = null | { feed: string } | { tensor: WireTensor };
 export type ToWorker =
   | { type: 'create'; model: string | Uint8Array; opts: SessionFactoryOptions }
   /** fetches undefined: every output of the graph, each in a new tensor. */
-  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: Record<string, WireFetch> | undefined }
+  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: Record<string, WireFetch> | undefined; lent: string[] }
   /** Releases the session; the thread stays for another create. */
   | { type: 'dispose' }
   /** Ends the thread by letting its event loop run empty. terminate() is kept for threads that do
@@ -34,10 +34,10 @@ export interface WireError {
 export type FromWorker =
   | { type: 'created'; provider: ExecutionProvider; skipped: string[]; inputNames: string[]; outputNames: string[] }
   | { type: 'create-failed'; error: WireError }
-  /** outputs: every fetch, bound ones with the moved buffers coming back. */
-  | { type: 'ran'; id: number; outputs: Record<string, WireTensor> }
-  /** returned: the bound fetches' buffers, so the caller keeps its cache after a failed run. */
-  | { type: 'run-failed'; id: number; error: WireError; returned: Record<string, WireTensor> }
+  /** outputs: every fetch, bound ones with the moved buffers coming back; lent: the lent feeds' buffers. */
+  | { type: 'ran'; id: number; outputs: Record<string, WireTensor>; lent: Record<string, WireTensor> }
+  /** returned, lent: the bound fetches' and lent feeds' buffers, so the caller keeps its cache after a failed run. */
+  | { type: 'run-failed'; id: number; error: WireError; returned: Record<string, WireTensor>; lent: Record<string, WireTensor> }
   | { type: 'disposed' };
 
 export function toWire(t: OrtTensor, what: string): WireTensor {

@@ -25,6 +25,8 @@ interface Pending {
   resolve: (outputs: Record<string, OrtTensor>) => void;
   reject: (err: KiwiError) => void;
   fetches: Record<string, OrtTensor | null> | undefined;
+  /** The caller's feeds: lent buffers come back into it. */
+  feeds: OrtFeeds;
 }
 
 /** A started worker thread without a session yet. */
@@ -101,12 +103,12 @@ class WorkerClient {
       inputNames: c.inputNames,
       outputNames: c.outputNames,
       worker: this.worker,
-      run: (feeds: OrtFeeds, fetches?: Record<string, OrtTensor | null>) => this.run(feeds, fetches),
+      run: (feeds: OrtFeeds, fetches?: Record<string, OrtTensor | null>, lend?: readonly string[]) => this.run(feeds, fetches, lend ?? []),
       dispose: () => this.dispose(),
     }));
   }
 
-  private run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null> | undefined): Promise<Record<string, OrtTensor>> {
+  private run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null> | undefined, lend: readonly string[]): Promise<Record<string, OrtTensor>> {
     if (this.dead !== undefined) return Promise.reject(this.dead);
     if (this.disposing !== undefined) return Promise.reject(closed());
     const feedName = new Map<OrtTensor, string>();
@@ -124,8 +126,10 @@ class WorkerClient {
         moved.add(t);
       }
     }
-    // Buffers bound as outputs move (the caller takes them back from `fetches`); other feeds are
-    // copied, so the caller's own arrays (hidden states it may still hold) stay intact.
+    // Buffers bound as outputs and lent feeds move (the caller takes them back from `fetches` and
+    // `feeds`); other feeds are copied, so the caller's own arrays (hidden states it may still
+    // hold) stay intact.
+    for (const name of lend) if (feeds[name] !== undefined) moved.add(feeds[name]);
     const wireFeeds: Record<string, WireTensor> = {};
     const moving: WireTensor[] = [];
     for (const [name, t] of Object.entries(feeds)) {
@@ -136,9 +140,9 @@ class WorkerClient {
     for (const f of Object.values(wireFetches ?? {})) if (f !== null && 'tensor' in f) moving.push(f.tensor);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, fetches });
+      this.pending.set(id, { resolve, reject, fetches, feeds });
       this.busy();
-      this.post({ type: 'run', id, feeds: wireFeeds, fetches: wireFetches }, moving.map((w) => w.data));
+      this.post({ type: 'run', id, feeds: wireFeeds, fetches: wireFetches, lent: [...lend] }, moving.map((w) => w.data));
     });
   }
 
@@ -171,6 +175,7 @@ class WorkerClient {
         const back = m.type === 'ran' ? m.outputs : m.returned;
         // The moved buffers come back: hand them to the caller in its fetches record.
         if (p.fetches !== undefined) for (const name of Object.keys(p.fetches)) if (p.fetches[name] !== null && back[name] !== undefined) p.fetches[name] = fromWire(back[name]);
+        for (const [name, w] of Object.entries(m.lent)) p.feeds[name] = fromWire(w);
         if (m.type === 'ran') {
           const outputs: Record<string, OrtTensor> = {};
           for (const [name, w] of Object.entries(m.outputs)) outputs[name] = p.fetches?.[name] ?? fromWire(w);

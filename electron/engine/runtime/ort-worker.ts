@@ -40,7 +40,7 @@ async function handle(m: ToWorker): Promise<void> {
       }
       return;
     case 'run':
-      return run(m.id, m.feeds, m.fetches);
+      return run(m.id, m.feeds, m.fetches, m.lent);
     case 'dispose':
       if (session !== undefined) await gated(gate, session.dispose.bind(session));
       session = undefined;
@@ -53,7 +53,7 @@ async function handle(m: ToWorker): Promise<void> {
   }
 }
 
-async function run(id: number, wireFeeds: Record<string, WireTensor>, wireFetches: Record<string, WireFetch> | undefined): Promise<void> {
+async function run(id: number, wireFeeds: Record<string, WireTensor>, wireFetches: Record<string, WireFetch> | undefined, lend: readonly string[]): Promise<void> {
   const feeds: Record<string, OrtTensor> = {};
   for (const [name, w] of Object.entries(wireFeeds)) feeds[name] = fromWire(w);
   let fetches: Record<string, OrtTensor | null> | undefined;
@@ -67,6 +67,8 @@ async function run(id: number, wireFeeds: Record<string, WireTensor>, wireFetche
     for (const [name, t] of Object.entries(fetches ?? {})) if (t !== null) out[name] = toWire(t, name);
     return out;
   };
+  const lent: Record<string, WireTensor> = {};
+  for (const name of lend) if (wireFeeds[name] !== undefined) lent[name] = wireFeeds[name];
   try {
     if (session === undefined) throw new Error('the session is not open');
     const s = session;
@@ -74,10 +76,10 @@ async function run(id: number, wireFeeds: Record<string, WireTensor>, wireFetche
     if (result === undefined) return; // the process is exiting
     const outputs = given();
     for (const [name, t] of Object.entries(result)) if (outputs[name] === undefined) outputs[name] = toWire(t, name);
-    reply({ type: 'ran', id, outputs }, Object.values(outputs));
+    reply({ type: 'ran', id, outputs, lent }, [...Object.values(outputs), ...Object.values(lent)]);
   } catch (err) {
     const returned = given();
-    reply({ type: 'run-failed', id, error: errorToWire(err), returned }, Object.values(returned));
+    reply({ type: 'run-failed', id, error: errorToWire(err), returned, lent }, [...Object.values(returned), ...Object.values(lent)]);
   }
 }
 

@@ -22,8 +22,9 @@ import type { ElemType, ExternalRef, GraphBuilder, GraphBuilderOptions } from '.
 
 /** Bumped whenever the graph or weight layout changes, so old entries are not reused. */
 // 3: the head has the hidden_norm output (embeddings); 4: Q4_K as MatMulNBits + block offsets;
-// 5: the head takes logits_from (speculative verification); 6: one file per layer, shared by ranges.
-const FORMAT_VERSION = 6;
+// 5: the head takes logits_from (speculative verification); 6: one file per layer, shared by ranges;
+// 7: new_key/new_value outputs (the new positions) in place of the whole present K/V.
+const FORMAT_VERSION = 7;
 /**
  * What a layer file holds depends on the graph's precision and the weight layout only (accuracy
  * level is a node attribute): exact layers are 'fp32', the fast layout's 'fp32fast'.

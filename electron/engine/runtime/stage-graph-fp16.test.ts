@@ -1,7 +1,7 @@
 // The fp16 stage graph (StageGraphOptions.precision 'fp16') on the CPU provider against the f32
 // graph of the same weights: greedy tokens on stories260K, and logits on synthetic models within
-// a stated bound. The graphs run whole (one stage with the head) with their KV cache fed back
-// from present to past, in fp16 for the fp16 graph (what a GPU stage keeps).
+// a stated bound. The graphs run whole (one stage with the head) with the positions each run adds
+// appended to their KV cache, in fp16 for the fp16 graph (what a GPU stage keeps).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,7 +54,7 @@ async function wholeModel(file: GgufFile, shape: ModelShape, precision: StagePre
           feeds[IO.pastValue(L)] = st.past[2 * (L - st.start) + 1]!;
         }
         const out = await st.session.run(feeds);
-        st.past = st.past.map((_, i) => out[i % 2 === 0 ? IO.presentKey(st.start + i / 2) : IO.presentValue(st.start + (i - 1) / 2)]!);
+        st.past = st.past.map((past, i) => appendPositions(past, out[i % 2 === 0 ? IO.newKey(st.start + i / 2) : IO.newValue(st.start + (i - 1) / 2)]!));
         expect(st.past[0]!.type).toBe(type); // the KV cache is kept in the stage's precision
         hidden = out[st.head ? IO.logits : IO.hiddenOut]!;
         expect(hidden.type).toBe('float32'); // what leaves a stage is f32 whatever its precision
@@ -66,6 +66,20 @@ async function wholeModel(file: GgufFile, shape: ModelShape, precision: StagePre
       for (const st of stages) await st.session.release();
     },
   };
+}
+
+/** [1, kvHeads, n, headDim] past followed by [1, kvHeads, m, headDim] new positions: [1, kvHeads, n + m, headDim]. */
+function appendPositions(past: ort.Tensor, fresh: ort.Tensor): ort.Tensor {
+  const [, kvHeads, n, headDim] = past.dims as [number, number, number, number];
+  const m = fresh.dims[2]!;
+  const a = past.data as Float32Array | Uint16Array;
+  const b = fresh.data as Float32Array | Uint16Array;
+  const out = new (a.constructor as Float32ArrayConstructor | Uint16ArrayConstructor)(kvHeads * (n + m) * headDim);
+  for (let h = 0; h < kvHeads; h++) {
+    out.set(a.subarray(h * n * headDim, (h + 1) * n * headDim), h * (n + m) * headDim);
+    out.set(b.subarray(h * m * headDim, (h + 1) * m * headDim), (h * (n + m) + n) * headDim);
+  }
+  return new ort.Tensor(past.type, out, [1, kvHeads, n + m, headDim]);
 }
 
 const argmax = (a: Float32Array): number => a.reduce((best, v, i) => (v > a[best]! ? i : best), 0);

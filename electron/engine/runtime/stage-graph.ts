@@ -126,8 +126,12 @@ export const IO = {
   totalSeqLen: 'total_sequence_length', // [] int32
   pastKey: (layer: number) => `past_key.${layer}`, // [batch, kvHeads, past, headDim] f32
   pastValue: (layer: number) => `past_value.${layer}`,
-  presentKey: (layer: number) => `present_key.${layer}`, // [batch, kvHeads, total, headDim] f32
-  presentValue: (layer: number) => `present_value.${layer}`,
+  // The K/V positions a run adds, [batch, kvHeads, seq, headDim] (row b's from seqlens_k[b] + 1 - seq):
+  // the caller writes them into its cache. GQA's whole present K/V stay inside the graph, because
+  // onnxruntime-node copies every fetched output into a new buffer, bound or not: fetching the
+  // present cost each step a copy of the whole cache (bench/kv-position.ts).
+  newKey: (layer: number) => `new_key.${layer}`,
+  newValue: (layer: number) => `new_value.${layer}`,
   hiddenOut: 'hidden_out', // [batch, seq, hidden] f32
   logits: 'logits', // [batch, tail, vocab] f32: the last `tail` positions (default 1)
   logitsFrom: 'logits_from', // [1] int64, the head's: -tail (-1: the last position; speculative verification asks for k+1)
@@ -188,6 +192,7 @@ export function stageGraphBuilder(
   const seqlensK = g.input(IO.seqlensK, 'int32', ['batch']);
   const totalSeqLen = g.input(IO.totalSeqLen, 'int32', []);
   const replay = opts.replayInputs === true ? replayInputs(g) : undefined;
+  const newPositions = newPositionIndex(g, seqlensK, kvHeads, headDim);
   const rope = ropeCaches(shape.rope, shape.maxPositions, headDim / 2);
   const cos = g.initializer('rope_cos', ft, [shape.maxPositions, headDim / 2], fb(rope.cos));
   const sin = g.initializer('rope_sin', ft, [shape.maxPositions, headDim / 2], fb(rope.sin));
@@ -264,12 +269,14 @@ export function stageGraphBuilder(
     const [attn] = g.node('GroupQueryAttention', [q, k, v, pastK, pastV, seqlensK, totalSeqLen, cos, sin], {
       domain: MS_DOMAIN,
       attrs: gqaAttrs,
-      outputs: [`${p}.attn`, IO.presentKey(L), IO.presentValue(L)],
+      outputs: [`${p}.attn`, `${p}.present_key`, `${p}.present_value`],
       hint: `${p}.gqa`,
-    }); // attn [batch, seq, heads*headDim]; present [batch, kvHeads, total, headDim]
-    g.output(IO.presentKey(L), ft, ['batch', kvHeads, 'total', headDim]);
-    g.output(IO.presentValue(L), ft, ['batch', kvHeads, 'total', headDim]);
-    const replayed = replay === undefined ? (attn as string) : replayAttention(g, replay, { q, k, v, attn: attn as string, presentK: IO.presentKey(L), presentV: IO.presentValue(L), cos, sin }, { heads, kvHeads, headDim, attrs: gqaAttrs, name: p });
+    }); // attn [batch, seq, heads*headDim]; present [batch, kvHeads, past buffer, headDim]
+    for (const [present, out] of [[`${p}.present_key`, IO.newKey(L)], [`${p}.present_value`, IO.newValue(L)]] as const) {
+      g.op('GatherElements', [present, newPositions], { attrs: { axis: 2 }, output: out });
+      g.output(out, ft, ['batch', kvHeads, 'seq', headDim]);
+    }
+    const replayed = replay === undefined ? (attn as string) : replayAttention(g, replay, { q, k, v, attn: attn as string, presentK: `${p}.present_key`, presentV: `${p}.present_value`, cos, sin }, { heads, kvHeads, headDim, attrs: gqaAttrs, name: p });
     branch = linear(replayed, padColumns(lw.o, heads, shape.headDim, headDim), `${p}.attn_output`); // [batch, seq, hidden]
     // --- feed-forward (SwiGLU) ---
     const hn = rmsNorm(lw.ffnNorm, `${p}.ffn_norm`); // [batch, seq, hidden]
@@ -373,6 +380,28 @@ function castIf(g: GraphBuilder, t: string, fp16: boolean): string {
 /** Names a computed value as a graph output (Identity keeps the builder's naming simple). */
 function nameOutput(g: GraphBuilder, value: string, outputName: string): void {
   g.op('Identity', [value], { output: outputName });
+}
+
+/**
+ * Where a run's new positions sit in GQA's present K/V, for GatherElements on axis 2:
+ * [batch, kvHeads, seq, headDim] int64, row b's positions seqlens_k[b] + 1 - seq onwards (GQA
+ * copies a row's filled past and appends its new positions after it).
+ */
+function newPositionIndex(g: GraphBuilder, seqlensK: string, kvHeads: number, headDim: number): string {
+  const dims = g.op('Shape', [IO.hiddenIn], { hint: 'new_pos_dims' }); // [batch, seq, hidden]
+  const part = (from: number, name: string): string => g.op('Slice', [dims, g.int64s(`new_pos_${name}_from`, [from]), g.int64s(`new_pos_${name}_to`, [from + 1])]);
+  const batch = part(0, 'batch');
+  const seq = part(1, 'seq');
+  const one = g.int64s('new_pos_one', [1]);
+  // [batch] first new position of each row: seqlens_k + 1 - seq
+  const first = g.op('Sub', [g.op('Add', [g.op('Cast', [seqlensK], { attrs: { to: ONNX_INT64 } }), one]), seq], { hint: 'new_pos_first' });
+  const steps = g.op('Range', [g.int64s('new_pos_zero', [0], []), g.op('Reshape', [seq, g.int64s('new_pos_scalar', [], [0])]), g.int64s('new_pos_step', [1], [])]); // [seq]
+  const grid = g.op('Add', [
+    g.op('Reshape', [first, g.int64s('new_pos_row_shape', [-1, 1, 1, 1])]),
+    g.op('Reshape', [steps, g.int64s('new_pos_seq_shape', [1, 1, -1, 1])]),
+  ]); // [batch, 1, seq, 1]
+  const full = g.op('Concat', [batch, g.int64s('new_pos_kvh', [kvHeads]), seq, g.int64s('new_pos_hd', [headDim])], { attrs: { axis: 0 } });
+  return g.op('Expand', [grid, full], { hint: 'new_pos_index' });
 }
 
 /** The replay inputs, as values: `flag` is a [1] bool. */

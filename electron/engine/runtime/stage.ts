@@ -27,10 +27,9 @@ import type { WeightLayout } from './weights/convert.js';
 /**
  * One request's cache for one stage: per layer K and V, each [kvHeads, allocated, headDim] f32,
  * of which positions [0, length) are filled. `capacity` is the request's reserved size; the
- * buffers start smaller and grow (in steps, at most to capacity) as positions are added, because
- * onnxruntime-node copies each fetched present K/V back into JS on every run: a step costs the
- * allocated size, not the filled length (bench/gqa-kv-binding.ts). GroupQueryAttention writes new
- * positions into the buffers (its shared past/present buffer mode).
+ * buffers start smaller and grow (in steps, at most to capacity) as positions are added, so that
+ * a request holds the memory of what it used. A run reads the buffers in place as GroupQueryAttention's
+ * past and returns only the positions it added, which the stage writes in (stage-graph.ts IO.newKey).
  */
 export interface KvCache {
   length: number;
@@ -310,45 +309,40 @@ export class Stage {
     const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
     if (hiddenNorm) fetches[IO.hiddenNorm] = null;
     const layers = this.plan.end - this.plan.start;
-    const packed: Array<[Float32Array, Float32Array]> = [];
+    const lent: string[] = [];
     for (let i = 0; i < layers; i++) {
       const L = this.plan.start + i;
       const k = single ? caches[0]!.keys[i]! : packRows(caches, (c) => c.keys[i]!, cap, kvHeads, headDim);
       const v = single ? caches[0]!.values[i]! : packRows(caches, (c) => c.values[i]!, cap, kvHeads, headDim);
-      packed.push([k, v]);
-      // Present is bound to past's own tensor: GQA's shared-buffer mode appends in place, no copy.
-      const kt = f32Tensor(k, [batch, kvHeads, cap, headDim]);
-      const vt = f32Tensor(v, [batch, kvHeads, cap, headDim]);
-      feeds[IO.pastKey(L)] = kt;
-      feeds[IO.pastValue(L)] = vt;
-      fetches[IO.presentKey(L)] = kt;
-      fetches[IO.presentValue(L)] = vt;
+      feeds[IO.pastKey(L)] = f32Tensor(k, [batch, kvHeads, cap, headDim]);
+      feeds[IO.pastValue(L)] = f32Tensor(v, [batch, kvHeads, cap, headDim]);
+      fetches[IO.newKey(L)] = null;
+      fetches[IO.newValue(L)] = null;
+      lent.push(IO.pastKey(L), IO.pastValue(L));
     }
 
     let out: Record<string, OrtTensor>;
     try {
-      out = await this.session.run(feeds, fetches);
+      // The caches are read in place (lent, not copied, to a worker session's thread).
+      out = await this.session.run(feeds, fetches, lent);
     } finally {
       // A worker session moved the K/V buffers to its thread and back: use the returned arrays.
-      for (let i = 0; i < layers; i++) {
-        const L = this.plan.start + i;
-        const k = tensorF32(fetches[IO.presentKey(L)] ?? undefined, IO.presentKey(L));
-        const v = tensorF32(fetches[IO.presentValue(L)] ?? undefined, IO.presentValue(L));
-        packed[i] = [k, v];
-        if (single) {
-          caches[0]!.keys[i] = k;
-          caches[0]!.values[i] = v;
+      if (single) {
+        for (let i = 0; i < layers; i++) {
+          const L = this.plan.start + i;
+          caches[0]!.keys[i] = tensorF32(feeds[IO.pastKey(L)], IO.pastKey(L));
+          caches[0]!.values[i] = tensorF32(feeds[IO.pastValue(L)], IO.pastValue(L));
         }
       }
     }
-
-    if (!single) {
-      // Copy each row's new positions back from the packed buffers.
-      packed.forEach(([k, v], i) => {
-        caches.forEach((c, b) => {
-          unpackNew(k, c.keys[i]!, b, c, seq, cap, kvHeads, headDim);
-          unpackNew(v, c.values[i]!, b, c, seq, cap, kvHeads, headDim);
-        });
+    // Each row's new positions into its own cache.
+    for (let i = 0; i < layers; i++) {
+      const L = this.plan.start + i;
+      const k = tensorF32(out[IO.newKey(L)], IO.newKey(L));
+      const v = tensorF32(out[IO.newValue(L)], IO.newValue(L));
+      caches.forEach((c, b) => {
+        writeNew(k, c.keys[i]!, b, c, seq, kvHeads, headDim);
+        writeNew(v, c.values[i]!, b, c, seq, kvHeads, headDim);
       });
     }
     for (const c of caches) c.length += seq;
@@ -481,10 +475,10 @@ function packRows(caches: KvCache[], pick: (c: KvCache) => Float32Array, cap: nu
   return out;
 }
 
-/** Copies row b's positions [length, length + seq) from a packed buffer into its own cache. */
-function unpackNew(packed: Float32Array, dst: Float32Array, b: number, c: KvCache, seq: number, cap: number, kvHeads: number, headDim: number): void {
+/** Writes row b's new positions ([batch, kvHeads, seq, headDim]) at [length, length + seq) of its cache. */
+function writeNew(fresh: Float32Array, dst: Float32Array, b: number, c: KvCache, seq: number, kvHeads: number, headDim: number): void {
   for (let h = 0; h < kvHeads; h++) {
-    const from = ((b * kvHeads + h) * cap + c.length) * headDim;
-    dst.set(packed.subarray(from, from + seq * headDim), (h * c.allocated + c.length) * headDim);
+    const from = (b * kvHeads + h) * seq * headDim;
+    dst.set(fresh.subarray(from, from + seq * headDim), (h * c.allocated + c.length) * headDim);
   }
 }
