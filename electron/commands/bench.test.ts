@@ -46,12 +46,14 @@ describe('kiwi bench', () => {
     expect(first.code).toBe(0);
     const result = JSON.parse(first.stdout);
     // stories260K: llama, 64 wide, 172 ffn, 8 heads (4 kv) of 8, f32 weights.
-    // p2: block_ms is what one more block adds to a step, step_ms the step's fixed part.
-    expect(result.block).toMatchObject({ key: 'llama:e64:f172:h8/4x8:f32:auto:p2', runs: 15, provider: 'cpu' });
+    // p3: block_ms is what one more block adds to a step, step_ms the step's fixed part, position_ms what a cached position adds.
+    expect(result.block).toMatchObject({ key: 'llama:e64:f172:h8/4x8:f32:auto:p3', runs: 15, provider: 'cpu' });
     expect(result.block.block_ms).toBeGreaterThan(0);
     expect(result.block.step_ms).toBeGreaterThanOrEqual(0);
     expect(result.fleet_device.block_ms).toBe(result.block.block_ms);
     expect(result.fleet_device.step_ms).toBe(result.block.step_ms);
+    expect(result.block.position_ms).toBeGreaterThanOrEqual(0);
+    expect(result.fleet_device.position_ms).toBe(result.block.position_ms);
     expect(first.stderr).toMatch(/timing one decoder block of llama:e64/);
     expect(first.stderr).toMatch(/block run 15\/15/);
 

@@ -70,7 +70,7 @@ export async function blockProbeFor(
         ...(signal !== undefined ? { signal } : {}),
         onProgress,
       });
-      return { block_ms: Math.round(r.blockMs * 1000) / 1000, step_ms: Math.round(r.stepMs * 1000) / 1000, runs: r.runs, provider: r.provider };
+      return { block_ms: Math.round(r.blockMs * 1000) / 1000, step_ms: Math.round(r.stepMs * 1000) / 1000, position_ms: Math.round(r.positionMs * 1e7) / 1e7, runs: r.runs, provider: r.provider };
     },
   };
 }
@@ -89,7 +89,7 @@ function formatBench(r: DeviceBenchJson): string {
     ],
     ...r.bandwidth.providers.map((p): [string, string] => [`bw ${p.provider}`, `${p.gbps.toFixed(1)} GB/s through the ${p.provider} execution provider`]),
     ...(r.block !== null
-      ? [['block', `${r.block.block_ms} ms per decoder block + ${r.block.step_ms ?? 0} ms per step (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]]
+      ? [['block', `${r.block.block_ms} ms per decoder block + ${r.block.step_ms ?? 0} ms per step + ${r.block.position_ms !== undefined ? (r.block.position_ms * 1000).toFixed(2) : '?'} µs per block per cached position (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]]
       : []),
     ['measured', `${r.measured_at}${r.cached ? ' (cached)' : ''}`],
   ];

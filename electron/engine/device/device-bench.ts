@@ -32,6 +32,8 @@ export interface BlockMeasurement {
   block_ms: number;
   /** The fixed part of a stage's decode step, whatever its blocks (session run, embedding, I/O). */
   step_ms?: number;
+  /** What one block adds to a step per cached position of the request (the probe's position_ms). */
+  position_ms?: number;
   runs: number;
   provider: string;
 }
@@ -67,7 +69,7 @@ const measurementsSchema = z.strictObject({
   }),
   blocks: z.record(
     z.string(),
-    z.strictObject({ block_ms: z.number().positive(), step_ms: z.number().nonnegative().optional(), runs: z.number().int().positive(), provider: z.string() }),
+    z.strictObject({ block_ms: z.number().positive(), step_ms: z.number().nonnegative().optional(), position_ms: z.number().nonnegative().optional(), runs: z.number().int().positive(), provider: z.string() }),
   ),
 });
 
@@ -86,7 +88,7 @@ export interface DeviceBenchJson {
   bandwidth: Measurements['bandwidth'];
   block: (BlockMeasurement & { key: string }) | null;
   /** This machine as a `devices` entry of a fleet file (electron/engine/planner/README.md). */
-  fleet_device: { name: string; memory_bytes: number; bandwidth_gbps: number | null; block_ms: number | null; step_ms?: number };
+  fleet_device: { name: string; memory_bytes: number; bandwidth_gbps: number | null; block_ms: number | null; step_ms?: number; position_ms?: number };
 }
 
 /** What identifies the hardware: a different CPU, RAM size, GPU set, OS or probe means measure again. */
@@ -207,6 +209,7 @@ export function benchJson(host: HostInfo, m: Measurements, cached: boolean, bloc
       bandwidth_gbps: onGpu ? gpuBandwidth : m.bandwidth.host_gbps,
       block_ms: block?.block_ms ?? null,
       ...(block?.step_ms !== undefined ? { step_ms: block.step_ms } : {}),
+      ...(block?.position_ms !== undefined ? { position_ms: block.position_ms } : {}),
     },
   };
 }

@@ -70,6 +70,8 @@ export interface StepTiming {
   /** Rows and tokens per row of the step (1 x 1: one request's decode step). */
   rows: number;
   seq: number;
+  /** Positions the first row had cached before the step: what its attention read (a step's cost grows with it). */
+  position: number;
 }
 
 interface Pending {
@@ -292,6 +294,7 @@ export class RingEngine {
     try {
       const h0 = performance.now();
       const caches = rows.map((r) => this.cachesOf(r.id).head);
+      const position = caches[0]?.length ?? 0;
       const hiddenNorm = p.onHiddenNorm !== undefined;
       const tail = p.logitsTail;
       const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm, ...(tail !== 1 ? { logitsTail: tail } : {}), ...(p.rows[0]?.replay === true ? { replay: true } : {}) }));
@@ -304,7 +307,7 @@ export class RingEngine {
         const ms = Number(v);
         if (k.startsWith('ms.') && Number.isFinite(ms)) stageMs[k.slice(3)] = ms;
       }
-      const timing: StepTiming = { ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs, firstMs: p.hostMs, rows: rows.length, seq: p.seq };
+      const timing: StepTiming = { ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs, firstMs: p.hostMs, rows: rows.length, seq: p.seq, position };
       this.timings.push(timing);
       if (this.timings.length > 64) this.timings.shift();
       p.resolve(rows.map((_, b) => out.logits.slice(b * v, (b + 1) * v)));

@@ -4,8 +4,10 @@
 // the host re-plans at a safe point with the measured block times (a `replanned` event, reason
 // `drift`, naming bob's stage with predicted and measured ms), the new plan gives bob fewer
 // layers, and the stream's text is exactly `kiwi generate`'s. Every device reports the fixed part of
-// a step this machine's block probe measured (`kiwi bench --model`: step_ms), so the re-plan keeps
-// it and prices only the rest per layer: that one re-plan lands, and over two more streams on
+// a step and what a cached position adds that this machine's block probe measured (`kiwi bench
+// --model`: step_ms, position_ms), so the re-plan keeps the fixed part and prices only the rest per
+// layer, and steps are judged at their position (a 320-token stream's last steps cost well over its
+// first): that one re-plan lands, and over two more streams on
 // measured figures the ring does not re-plan again (a division priced from measurements is kept
 // while it stays within the drift threshold of the best). The file runs alone (vitest.config.ts).
 import { execFile } from 'node:child_process';
@@ -54,11 +56,12 @@ describe('re-planning from measured stage times (real processes on loopback)', (
     await kiwiJson('synth', '--shape', JSON.stringify(shape), '--quant', 'q8_0', '--out', model, '--seed', '7');
     // The fixed part of a step on this machine, as the block probe measures it (the one figure taken from the device).
     const probe = await kiwiJson('bench', '--model', model);
-    const stepMs = (probe.block as { step_ms: number }).step_ms;
+    const { step_ms: stepMs, position_ms: positionMs } = probe.block as { step_ms: number; position_ms: number };
     expect(stepMs).toBeGreaterThanOrEqual(0);
+    expect(positionMs).toBeGreaterThanOrEqual(0);
     const caps = async (name: string, blockMs: number): Promise<string> => {
       const file = join(dir, `capabilities-${name}.json`);
-      await writeFile(file, JSON.stringify({ fleet_device: { memory_bytes: 4 * 1024 ** 3, block_ms: blockMs, step_ms: stepMs } }));
+      await writeFile(file, JSON.stringify({ fleet_device: { memory_bytes: 4 * 1024 ** 3, block_ms: blockMs, step_ms: stepMs, position_ms: positionMs } }));
       return file;
     };
     // Fixed block figures: the host and ada say 1 ms a block, bob 20x faster.

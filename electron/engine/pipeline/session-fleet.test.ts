@@ -18,6 +18,8 @@ describe('the session as a fleet', () => {
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, bandwidth_gbps: 20, block_ms: 2.5 } })).toEqual({ memoryBytes: 123, bandwidthGBps: 20, blockMs: 2.5 });
     // With its fixed step time (the probe's one-block stage less its block): counted once per stage.
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, step_ms: 1.2 } })).toEqual({ memoryBytes: 123, blockMs: 2.5, stepMs: 1.2 });
+    // And what a cached position adds (the drift detector judges a step at its position by it).
+    expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, step_ms: 1.2, position_ms: 0.001 } })).toMatchObject({ positionMs: 0.001 });
     // A --memory-mb budget and a device bench's free memory cover the whole process, runtime included.
     expect(deviceFromCapabilities({ memory_budget_bytes: 123, fleet_device: { memory_bytes: 123 } })).toEqual({ memoryBytes: 123, memoryCoversRuntime: true });
     expect(deviceFromCapabilities({ memory: { total_bytes: 1 }, bandwidth: { host_gbps: 1 }, fleet_device: { memory_bytes: 9 } })?.memoryCoversRuntime).toBe(true);

@@ -30,6 +30,7 @@ const fleetDevice = z.object({
   bandwidth_gbps: z.number().positive().nullable().optional(),
   block_ms: z.number().positive().nullable().optional(),
   step_ms: z.number().nonnegative().nullable().optional(),
+  position_ms: z.number().nonnegative().nullable().optional(),
 });
 
 /**
@@ -48,6 +49,7 @@ export function deviceFromCapabilities(capabilities: Readonly<Record<string, unk
     ...(r.data.bandwidth_gbps != null ? { bandwidthGBps: r.data.bandwidth_gbps } : {}),
     ...(r.data.block_ms != null ? { blockMs: r.data.block_ms } : {}),
     ...(r.data.block_ms != null && r.data.step_ms != null ? { stepMs: r.data.step_ms } : {}),
+    ...(r.data.block_ms != null && r.data.position_ms != null ? { positionMs: r.data.position_ms } : {}),
   };
 }
 

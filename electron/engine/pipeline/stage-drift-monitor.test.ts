@@ -23,9 +23,29 @@ function setup(options = DEFAULT_DRIFT_OPTIONS as typeof DEFAULT_DRIFT_OPTIONS |
 }
 
 /** A decode step of one request: the host's blocks 2 ms, ada 1 ms (as planned), bob 5 ms (20x his plan). */
-const step = (over: Partial<StepTiming> = {}): StepTiming => ({ ringMs: 9, hostMs: 2.4, firstMs: 2, stageMs: { '2-3': 1, '3-8': 5 }, rows: 1, seq: 1, ...over });
+const step = (over: Partial<StepTiming> = {}): StepTiming => ({ ringMs: 9, hostMs: 2.4, firstMs: 2, stageMs: { '2-3': 1, '3-8': 5 }, rows: 1, seq: 1, position: 0, ...over });
 
 describe('DriftMonitor', () => {
+  it('judges a step at its position: a long answer slows every stage as the plan\'s position_ms says, which is not drift', () => {
+    // As planned at the start of a request (host 2 ms, ada 1, bob 5), each stage adding 0.4 µs a position a layer.
+    const stages = [{ device: 'host', stage_ms: 2.2, position_ms: 0.0008 }, { device: 'ada', stage_ms: 1, position_ms: 0.0004 }, { device: 'bob', stage_ms: 5, position_ms: 0.002 }];
+    const longStep = (position: number): StepTiming => step({ position, firstMs: 2 + 0.0008 * position, stageMs: { '2-3': 1 + 0.0004 * position, '3-8': 5 + 0.002 * position } });
+    const steps = detectionStep(DEFAULT_DRIFT_OPTIONS) + 8;
+    // From position 1000 on, bob's steps take 7 ms and more: 40% over his plan at the start of a request.
+    const judged = setup(DEFAULT_DRIFT_OPTIONS, { stages } as unknown as PlanJson);
+    for (let i = 0; i < steps; i++) judged.monitor.onStep(longStep(1000 + i));
+    expect(judged.requests).toEqual([]);
+    expect(judged.monitor.status().stages.map((s) => s.measuredMs)).toEqual([1, 5]);
+    // A plan without position costs (devices that did not measure them) sees the same steps as drift.
+    const unknown = setup(DEFAULT_DRIFT_OPTIONS, { stages: stages.map((s) => ({ ...s, position_ms: 0 })) } as unknown as PlanJson);
+    for (let i = 0; i < steps; i++) unknown.monitor.onStep(longStep(1000 + i));
+    expect(unknown.requests).toHaveLength(1);
+    expect(unknown.requests[0]).toMatch(/^drift: /);
+    // The block times it measured are of the start of a request, as plans price them.
+    expect(judged.monitor.blockMs.size).toBe(0);
+    expect(unknown.monitor.blockMs.get('id-bob')!.blockMs).toBeGreaterThan(1.3);
+  });
+
   it('asks for a re-plan once bob drifts, with the measured block times of every stage, and names it when the re-plan is done', () => {
     const { events, monitor, requests, replanned } = setup();
     for (let i = 1; i < detectionStep(DEFAULT_DRIFT_OPTIONS); i++) monitor.onStep(step());

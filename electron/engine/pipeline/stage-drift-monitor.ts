@@ -13,6 +13,10 @@
 // stays within the drift threshold of the best (moveMargin); once it has, the host emits
 // `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's own stage is measured but not judged (its time
 // mixes the embedding and the head, which the plan prices separately).
+// Steps are judged at the start of a request, where the plan prices them: each stage's time less
+// what its request's cached positions add (the plan's position_ms, from the block probe, times the
+// step's position; attention over a 4,000-token cache more than doubles a 1B step), so a long
+// answer does not look like drift.
 // The same steps measure the ring's per-hop cost beyond the links' one-way times (drift on or off): a step's
 // wall time less the host's and every member's compute and the edges' one-way times (RTT / 2), over its edges;
 // the median of recent steps is the hop_ms later plans price per edge (planner/plan.ts).
@@ -58,6 +62,11 @@ export function hopOverheadMs(t: StepTiming, order: readonly RingStage[], plan: 
  */
 export function splitMeasured(medianMs: number, stepMs: number, layers: number): MeasuredCost {
   return medianMs > stepMs ? { blockMs: (medianMs - stepMs) / layers, stepMs } : { blockMs: medianMs / layers, stepMs: 0 };
+}
+
+/** A stage's measured ms of a step at `position` as at the start of a request, where the plan prices it (at least 0). */
+export function atStart(ms: number, stage: { position_ms?: number | null } | undefined, position: number): number {
+  return Math.max(0, ms - (stage?.position_ms ?? 0) * position);
 }
 
 /** What `replanned` tells: why, which stage, and its times before the re-plan. */
@@ -168,10 +177,15 @@ export class DriftMonitor {
     if (this.detector === undefined) return;
     const window = this.detector.options.windowSteps;
     if (served.order[0]!.end > 0 && this.detector.observedSteps >= this.detector.options.cooldownSteps) {
-      this.hostFirst.push(t.firstMs);
+      this.hostFirst.push(atStart(t.firstMs, served.plan.stages[0], t.position));
       if (this.hostFirst.length > window) this.hostFirst.shift();
     }
-    const drift = this.detector.observe(t.stageMs);
+    const stageMs: Record<string, number> = {};
+    for (const [i, s] of served.order.entries()) {
+      const key = `${s.start}-${s.end}`;
+      if (i > 0 && t.stageMs[key] !== undefined) stageMs[key] = atStart(t.stageMs[key], served.plan.stages[i], t.position);
+    }
+    const drift = this.detector.observe(stageMs);
     if (drift === undefined) return;
     this.last = drift;
     // Every stage measured over a full window: times in one unit, taken on the same steps, each

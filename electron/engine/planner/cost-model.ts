@@ -28,6 +28,8 @@ export interface DeviceCost {
   step?: number;
   /** Measured cost of a ring hop out of the device beyond the link's one-way time (ms; 0 where unmeasured and outside the time tiers). */
   hop?: number;
+  /** What one block adds per cached position of the request (ms; 0 where unmeasured and outside the time tiers; DeviceSpec.positionMs). */
+  position?: number;
   /** Memory one block needs: its weights plus its KV cache at the session's context and concurrency. */
   blockMemoryBytes: number;
   /** Extra memory of the head: embedding and output projection. */
@@ -65,11 +67,13 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
     let head: number;
     let step = 0;
     let hop = 0;
+    let position = 0;
     switch (tier) {
       case 'measured':
       case 'bandwidth': {
         step = d.stepMs ?? 0;
         hop = d.hopMs ?? 0;
+        position = d.positionMs ?? 0;
         if (d.blockMs !== undefined) {
           perBlock = d.blockMs;
           // The head is the same kind of matmul as the block's: scale the measured block time by
@@ -105,6 +109,7 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
       head,
       step,
       hop,
+      position,
       blockMemoryBytes,
       headMemoryBytes: model.headResidentBytes,
       memoryBytes: d.memoryBytes - overheadBytes,

@@ -77,6 +77,12 @@ export interface DeviceSpec {
   /** Measured fixed part of a stage's step on this device, whatever its blocks (with blockMs; absent: 0). */
   stepMs?: number;
   /**
+   * Measured time one block adds to a decode step per position its request has cached (attention
+   * over the KV cache; ms per block per position; absent: unmeasured). Plans price stages at the
+   * start of a request; the ring judges a step's measured time at its own position with it.
+   */
+  positionMs?: number;
+  /**
    * Measured cost of one hop out of this device beyond the link's one-way time (ms per token): what a ring
    * step spends between one stage's compute and the next's besides the wire's round trip (encode,
    * framing, crypto, the receiver's event-loop hand-off). The ring measures it from its own steps
@@ -152,6 +158,7 @@ const deviceSchema = z.strictObject({
   bandwidth_gbps: positive.nullable().optional(),
   block_ms: positive.nullable().optional(),
   step_ms: z.number().finite().nonnegative().nullable().optional(),
+  position_ms: z.number().finite().nonnegative().nullable().optional(),
   hop_ms: z.number().finite().nonnegative().nullable().optional(),
   tflops: positive.nullable().optional(),
   nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
@@ -215,6 +222,7 @@ export function parseFleetFile(value: unknown): FleetFile {
     if (d.bandwidth_gbps != null) out.bandwidthGBps = d.bandwidth_gbps;
     if (d.block_ms != null) out.blockMs = d.block_ms;
     if (d.step_ms != null) out.stepMs = d.step_ms;
+    if (d.position_ms != null) out.positionMs = d.position_ms;
     if (d.hop_ms != null) out.hopMs = d.hop_ms;
     if (d.tflops != null) out.tflops = d.tflops;
     if (d.nat != null) out.nat = d.nat;

@@ -14,6 +14,8 @@ export interface StageJson {
   stage_ms: number | null;
   /** Of stage_ms, the device's fixed part of a step (its probe's step_ms; 0 unmeasured, null in the memory tier). */
   step_ms: number | null;
+  /** What the stage's step adds per position its request has cached (blocks × the device's position_ms; 0 unmeasured, null in the memory tier). stage_ms is at position 0. */
+  position_ms: number | null;
   memory_bytes: number;
   /** Weight bytes of the blocks the device does not hold and must fetch: fetch blocks × block_bytes. */
   fetch_bytes: number;
@@ -56,7 +58,7 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
   const timed = plan.tier !== 'memory';
   const ms = (x: number): number | null => (timed ? round(x, 3) : null);
   const stages = (d: Division): StageJson[] =>
-    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), step_ms: ms(s.step), memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
+    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), step_ms: ms(s.step), position_ms: timed ? round(s.position, 6) : null, memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
   const division = (d: Division): DivisionJson => ({
     fits: d.fits,
     bottleneck_ms: ms(d.bottleneck),

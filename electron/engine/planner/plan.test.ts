@@ -42,6 +42,17 @@ describe('the per-hop term of the circuit', () => {
     { a: 'a', b: 'c', rttMs: 1 },
   ];
 
+  it('gives each stage what its step adds per cached position (blocks × the device\'s position_ms) without changing stage_ms', () => {
+    const positioned = (name: string, positionMs?: number): DeviceSpec => ({ ...timed(name), ...(positionMs !== undefined ? { positionMs } : {}) });
+    const f = fleet([positioned('a', 0.001), positioned('b', 0.002), positioned('c')], { rtts });
+    const plan = planFleet(f);
+    const json = toPlanJson(f, plan);
+    const perDevice: Record<string, number> = { a: 0.001, b: 0.002, c: 0 };
+    for (const s of json.stages) closeTo(s.position_ms!, (s.end - s.start) * perDevice[s.device]!);
+    const bare = toPlanJson(fleet([timed('a'), timed('b'), timed('c')], { rtts }), planFleet(fleet([timed('a'), timed('b'), timed('c')], { rtts })));
+    expect(json.stages.map((s) => [s.start, s.end, s.stage_ms])).toEqual(bare.stages.map((s) => [s.start, s.end, s.stage_ms]));
+  });
+
   it('adds each edge sending device\'s measured hop cost to the circuit: Σ stages + Σ RTT / 2 + Σ hops', () => {
     const f = fleet([timed('a', 0.4), timed('b', 0.7), timed('c', 1.1)], { rtts });
     const plan = planFleet(f);
@@ -100,7 +111,7 @@ describe('planner', () => {
       ['alice-4090', 0, json.stages[0]?.end, true],
       ['bob-m2', json.stages[0]?.end, 64, false],
     ]);
-    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'step_ms', 'memory_bytes', 'fetch_bytes']);
+    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'step_ms', 'position_ms', 'memory_bytes', 'fetch_bytes']);
     // Nothing held: every device fetches its whole range.
     expect(json.fetch_bytes).toBe(64 * 292000000);
     expect(json.edges).toEqual([

@@ -37,6 +37,8 @@ export interface StagePlan {
   cost: number;
   /** Of cost, the device's fixed part of a step (DeviceCost.step; 0 outside the time tiers). */
   step: number;
+  /** What the stage's step adds per cached position of its request (blocks × DeviceCost.position); not in cost, which is at position 0. */
+  position: number;
   memoryBytes: number;
   fits: boolean;
   /** Blocks of [start, end) the device does not hold (DeviceSpec.holds) and must fetch. */
@@ -161,7 +163,7 @@ export function evaluate(costs: readonly DeviceCost[], chain: readonly number[],
     const c = costs[device] as DeviceCost;
     const head = i === 0;
     const memoryBytes = stageMemoryBytes(c, blocks, head);
-    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), step: c.step ?? 0, memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), step: c.step ?? 0, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
     start += blocks;
     return stage;
   });

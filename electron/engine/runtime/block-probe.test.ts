@@ -9,7 +9,7 @@ import { openGguf } from '../model/gguf/gguf-reader.js';
 import { GgmlType } from '../model/gguf/gguf-types.js';
 import { synthesizeModel } from '../model/synth/synth.js';
 import { testModelPath } from '../model/test-models.js';
-import { PROBE_BLOCKS, blockProbeKey, blockShapeOf, measureBlock, splitStepTime } from './block-probe.js';
+import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockProbeKey, blockShapeOf, measureBlock, positionTime, splitStepTime } from './block-probe.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -23,7 +23,7 @@ describe('block probe', () => {
   test('reads the block shape and weight type of a model (stories260K: f32)', async () => {
     const shape = blockShapeOf(await openGguf(await testModelPath('stories260K.gguf')));
     expect(shape).toEqual({ architecture: 'llama', hidden: 64, feedForward: 172, heads: 8, kvHeads: 4, headDim: 8, qkvBias: false, qkNorm: false, quant: 'f32' });
-    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p2');
+    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p3');
   });
 
   test('splits a step into its fixed part and its block: median of paired differences', () => {
@@ -34,6 +34,14 @@ describe('block probe', () => {
     expect(splitStepTime([7, 7, 7], [6, 6.5, 7])).toEqual({ blockMs: 7, stepMs: 0 });
     expect(() => splitStepTime([1, 2], [3])).toThrow(/paired/);
     expect(() => splitStepTime([1], [3], 1)).toThrow(/paired/);
+  });
+
+  test('prices a cached position per block: median paired difference over blocks × gap, at least 0', () => {
+    // 4 blocks, 1000 positions apart: 12 -> 20 ms (one pair disturbed) is 2 µs a position a block.
+    expect(positionTime([12, 12.1, 11.9, 30], [20, 20.1, 19.9, 20], 4, 1000)).toBeCloseTo(0.002, 9);
+    expect(positionTime([12, 12], [11, 11.5], 4, 1000)).toBe(0);
+    expect(() => positionTime([1], [], 4, 1000)).toThrow(/paired/);
+    expect(() => positionTime([1], [2], 4, 0)).toThrow(/paired/);
   });
 
   test('times a q4_0 qwen2 block (with qkv bias) of a synthetic model and reports the medians of its runs', async () => {
@@ -69,6 +77,8 @@ describe('block probe', () => {
     expect({ blockMs: r.blockMs, stepMs: r.stepMs }).toEqual(splitStepTime(r.samplesMs, r.longSamplesMs));
     expect(r.blockMs).toBeGreaterThan(0);
     expect(r.stepMs).toBeGreaterThanOrEqual(0);
+    expect(r.positionSamplesMs.near).toHaveLength(5);
+    expect(r.positionMs).toBe(positionTime(r.positionSamplesMs.near, r.positionSamplesMs.far, PROBE_BLOCKS, PROBE_FAR_POSITIONS));
     expect(progress).toContain(`block run 5/5: ${r.samplesMs[4]!.toFixed(2)} ms one block, ${r.longSamplesMs[4]!.toFixed(2)} ms ${PROBE_BLOCKS}`);
   });
 });

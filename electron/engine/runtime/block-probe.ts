@@ -7,7 +7,10 @@
 // time the one-block median less it. The long stage spans several blocks so that the difference
 // is taken where the weights stream from memory: one block of a small model can sit partly in the
 // CPU's last-level cache between runs (1B Q4_0 here: [0, 1) to [0, 2) added 2.3 ms, each later
-// block 3.1-3.5 ms), and a planned stage holds many. The planner's
+// block 3.1-3.5 ms), and a planned stage holds many. The long stage also runs paired steps over a
+// cache of PROBE_FAR_POSITIONS positions: what a block adds per cached position (attention reads
+// the cache and GroupQueryAttention copies it into its present: 1B Q4_0 here, about 1 µs a
+// position a block, so a 4,000-token request's step costs over twice a fresh one's). The planner's
 // best input (issue 4; planner/cost-model.ts prices a stage as step + n x block + head). Knows
 // nothing of the device bench: the command composes the two.
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -23,7 +26,7 @@ import { SYNTH_QUANTS, synthesizeModel } from '../model/synth/synth.js';
 import type { ModelShape as SynthShape } from '../model/synth/shapes.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ExecutionProvider } from '../ort/session.js';
-import { Stage } from './stage.js';
+import { Stage, type KvCache } from './stage.js';
 import { median } from '../median.js';
 
 export interface BlockProbeOptions {
@@ -44,16 +47,22 @@ export interface BlockProbeResult {
   blockMs: number;
   /** The fixed part of a step, whatever the blocks: the one-block median less blockMs (at least 0). */
   stepMs: number;
+  /** What one block adds to a step per cached position (ms; at least 0): positionTime of the long stage's near and far runs. */
+  positionMs: number;
   runs: number;
   provider: ExecutionProvider;
   /** Every timed run of the one-block stage, in order. */
   samplesMs: number[];
   /** Every timed run of the PROBE_BLOCKS-block stage, paired with samplesMs. */
   longSamplesMs: number[];
+  /** The long stage's paired runs over a short cache and over one PROBE_FAR_POSITIONS longer (positionMs). */
+  positionSamplesMs: { near: number[]; far: number[] };
 }
 
 /** Blocks of the probe's long stage. */
 export const PROBE_BLOCKS = 4;
+/** Cached positions of the long stage's far runs (positionMs). */
+export const PROBE_FAR_POSITIONS = 1024;
 
 /** Marginal block time and fixed step time from paired runs of a one-block and a `blocks`-block stage (see the file comment). */
 export function splitStepTime(oneBlockMs: readonly number[], longMs: readonly number[], blocks = PROBE_BLOCKS): { blockMs: number; stepMs: number } {
@@ -63,6 +72,15 @@ export function splitStepTime(oneBlockMs: readonly number[], longMs: readonly nu
   // No positive difference (load from elsewhere swamped it): the whole one-block step stands for the block.
   const blockMs = diff > 0 ? diff : one;
   return { blockMs, stepMs: Math.max(0, one - blockMs) };
+}
+
+/**
+ * What one block adds per cached position, from paired steps of a `blocks`-block stage over a short
+ * cache and over one `gap` positions longer: the median paired difference over blocks × gap, at least 0.
+ */
+export function positionTime(nearMs: readonly number[], farMs: readonly number[], blocks: number, gap: number): number {
+  if (nearMs.length === 0 || nearMs.length !== farMs.length || !(blocks >= 1) || !(gap >= 1)) throw new Error('positionTime: needs paired runs over a near and a farther cache');
+  return Math.max(0, median(farMs.map((t, i) => t - nearMs[i]!)) / (blocks * gap));
 }
 
 /** What the probe reproduces of a model: the block's dimensions and its main weight type. */
@@ -116,8 +134,8 @@ export function blockShapeOf(file: GgufFile): BlockShape {
   };
 }
 
-/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part). */
-const PROBE_VERSION = 2;
+/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part; 3: position_ms). */
+const PROBE_VERSION = 3;
 
 /** The cache key of a probe: the same block on the same provider gives the same time. */
 export function blockProbeKey(s: BlockShape, provider: ExecutionProvider | 'auto' = 'auto'): string {
@@ -130,18 +148,25 @@ export interface OpenBlockProbe {
   provider: ExecutionProvider;
   /** Run `i`: one decode step of the one-block and of the long stage (order alternating with i); their ms. */
   pair(i: number): Promise<[number, number]>;
+  /** Run `i`: one decode step of the long stage over a short cache and over one farPositions longer (order alternating with i); their ms. */
+  far(i: number): Promise<[number, number]>;
   dispose(): Promise<void>;
 }
 
-/** Writes the probe's file and opens its one-block and PROBE_BLOCKS-block stages for `positions` decode steps. */
+/**
+ * Writes the probe's file and opens its one-block and PROBE_BLOCKS-block stages for `positions`
+ * decode steps each of pair() and far(), the far cache prefilled with `farPositions` (default PROBE_FAR_POSITIONS).
+ */
 export async function openBlockProbe(
   shape: BlockShape,
-  opts: Omit<BlockProbeOptions, 'warmupRuns' | 'runs'> & { positions: number },
+  opts: Omit<BlockProbeOptions, 'warmupRuns' | 'runs'> & { positions: number; farPositions?: number },
 ): Promise<OpenBlockProbe> {
   const quant = SYNTH_QUANTS[shape.quant];
   if (quant === undefined) throw new KiwiError('USAGE', `unknown probe weight type '${shape.quant}'; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
   const progress = opts.onProgress ?? (() => undefined);
   const { positions } = opts;
+  const farPositions = opts.farPositions ?? PROBE_FAR_POSITIONS;
+  const capacity = farPositions + positions;
   const synthShape: SynthShape = {
     name: 'kiwi-block-probe',
     architecture: shape.architecture as SynthShape['architecture'],
@@ -152,7 +177,7 @@ export async function openBlockProbe(
     headDim: shape.headDim,
     feedForwardLength: shape.feedForward,
     vocabSize: PROBE_VOCAB,
-    contextLength: Math.max(positions, 64),
+    contextLength: Math.max(capacity, 64),
     rmsEps: 1e-5,
     ropeFreqBase: 10000,
     tiedEmbeddings: true,
@@ -171,7 +196,7 @@ export async function openBlockProbe(
     await synthesizeModel({ shape: synthShape, quant, out: path, seed: 1, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
     opts.signal?.throwIfAborted();
     const file = await openGguf(path);
-    const modelShape = await modelShapeFromGguf(file, { maxPositions: positions });
+    const modelShape = await modelShapeFromGguf(file, { maxPositions: capacity });
     progress(`building the one- and ${PROBE_BLOCKS}-block stages`);
     // Layers [0, 1) and [0, PROBE_BLOCKS) without the head: the embedding is a table lookup outside
     // the graph, so the sessions run exactly their blocks.
@@ -186,7 +211,35 @@ export async function openBlockProbe(
     throw e;
   }
   const caches = stages.map((s) => s.emptyCache(positions));
+  const long = stages[1]!;
+  const near = long.emptyCache(positions);
+  const farCache = long.emptyCache(capacity);
+  try {
+    progress(`filling a ${farPositions}-position cache`);
+    for (let p = 0; p < farPositions; p += 256) {
+      opts.signal?.throwIfAborted();
+      const n = Math.min(256, farPositions - p);
+      await long.forward({ kind: 'ids', ids: BigInt64Array.from({ length: n }, (_, j) => BigInt(3 + ((p + j) % (PROBE_VOCAB - 3)))), batch: 1, seq: n }, [farCache]);
+    }
+  } catch (e) {
+    await dispose();
+    throw e;
+  }
+  const step = async (cache: KvCache, i: number): Promise<number> => {
+    opts.signal?.throwIfAborted();
+    const t0 = performance.now();
+    await long.forward({ kind: 'ids', ids: BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3)))), batch: 1, seq: 1 }, [cache]);
+    return performance.now() - t0;
+  };
   return {
+    async far(i) {
+      if (i % 2 === 0) {
+        const a = await step(near, i);
+        return [a, await step(farCache, i)];
+      }
+      const b = await step(farCache, i);
+      return [await step(near, i), b];
+    },
     provider: stages[0]!.provider,
     async pair(i) {
       const ids = BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3))));
@@ -212,6 +265,15 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
   const progress = opts.onProgress ?? (() => undefined);
   const probe = await openBlockProbe(shape, { ...opts, positions: warmupRuns + runs + 1 });
   try {
+    const position = { near: [] as number[], far: [] as number[] };
+    for (let i = 0; i < warmupRuns + runs; i++) {
+      const [near, far] = await probe.far(i);
+      if (i < warmupRuns) continue;
+      position.near.push(near);
+      position.far.push(far);
+    }
+    const positionMs = positionTime(position.near, position.far, PROBE_BLOCKS, PROBE_FAR_POSITIONS);
+    progress(`${PROBE_BLOCKS} blocks over ${PROBE_FAR_POSITIONS} cached positions: ${median(position.far).toFixed(2)} ms against ${median(position.near).toFixed(2)} (${(positionMs * 1000).toFixed(3)} µs a position a block)`);
     const samples: [number[], number[]] = [[], []];
     for (let i = 0; i < warmupRuns + runs; i++) {
       const [one, long] = await probe.pair(i);
@@ -221,7 +283,7 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
       const done = i - warmupRuns + 1;
       if (done % 5 === 0 || done === runs) progress(`block run ${done}/${runs}: ${one.toFixed(2)} ms one block, ${long.toFixed(2)} ms ${PROBE_BLOCKS}`);
     }
-    return { ...splitStepTime(samples[0], samples[1]), runs, provider: probe.provider, samplesMs: samples[0], longSamplesMs: samples[1] };
+    return { ...splitStepTime(samples[0], samples[1]), positionMs, runs, provider: probe.provider, samplesMs: samples[0], longSamplesMs: samples[1], positionSamplesMs: position };
   } finally {
     await probe.dispose();
   }
