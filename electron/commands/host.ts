@@ -24,6 +24,7 @@ import { eventPrinter, untilStopped, type EventPrinter } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 import { parseProviderChoice, type StageProvider } from '../engine/device/execution-providers.js';
 import { parseSpeculative, withVerify } from '../engine/runtime/speculative.js';
+import { WEIGHT_LAYOUT_OPTION, weightLayoutFlag } from './weight-layout-flag.js';
 
 export const hostCommand = defineCommand({
   name: 'host',
@@ -83,6 +84,7 @@ export const hostCommand = defineCommand({
     'prompt-cache-mb': { type: 'string', valueName: 'MB', description: 'KV of recent prompts kept on every stage for prompts that start the same way (each stage keeps its layers\' share, planned in its memory; 0: off)', default: '256' },
     'max-queue': { type: 'string', valueName: 'N', description: 'Requests that may wait for a slot; more get HTTP 429', default: '64' },
     threads: { type: 'string', valueName: 'N', description: 'CPU threads for the host\'s own stages (default: all cores)' },
+    'weight-layout': { ...WEIGHT_LAYOUT_OPTION, description: `${WEIGHT_LAYOUT_OPTION.description}; every stage of the ring, members' included, uses the host's` },
     provider: { ...PROVIDER_OPTION, description: `${PROVIDER_OPTION.description} (with --model: the host's own stages)` },
     'no-bench': { type: 'boolean', description: 'Do not measure this device: without --capabilities the planner sees only its RAM (memory tier)' },
     'no-shard-cache': { type: 'boolean', description: 'Build stage graphs in memory instead of using the shard cache' },
@@ -258,6 +260,7 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       speculative: withVerify(parseSpeculative(stringOption(ctx, 'speculative') ?? (draftModel !== undefined ? 'auto' : 'off')), stringOption(ctx, 'speculative-verify')),
       ...(draftModel !== undefined ? { draftModel } : {}),
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
+      ...(weightLayoutFlag(ctx) === 'fast' ? { weightLayout: 'fast' as const } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
     },
     // Measured once the code is shown: its --capabilities file, else its device bench (cached per

@@ -1,6 +1,7 @@
-// `--weight-layout exact|fast` of `kiwi serve` and `kiwi generate`: how this process lays out the
-// model's matrices for onnxruntime (engine/runtime/weights/convert.ts). One process only: a ring's
-// stages must share one layout, or a re-plan that moves a layer would change a stream's tokens.
+// `--weight-layout exact|fast` of `kiwi serve`, `kiwi generate` and `kiwi host`: how the model's
+// matrices are laid out for onnxruntime (engine/runtime/weights/convert.ts). A ring's stages share
+// the host's (its members get it with their assignment, ring-protocol.ts Assign.layout), or a
+// re-plan that moves a layer would change a stream's tokens.
 import { KiwiError } from '../engine/errors.js';
 import { WEIGHT_LAYOUTS, type WeightLayout } from '../engine/runtime/weights/convert.js';
 import { stringOption, type CommandContext, type OptionSpec } from './command.js';

@@ -5,6 +5,7 @@ import {
   assignRing, bytesMoved, hostBlocks, hostStageReady, isRingPair, peerFaultAccepted, ringLoad, ringMemberIds, stageReported, type StageStatus,
 } from './ring-assignment.js';
 import type { RingStage } from './session-fleet.js';
+import { Assign } from './ring-protocol.js';
 
 const member = (peer: number): MemberView => ({
   memberId: `id${peer}`, name: `m${peer}`, fingerprint: 'abcd-0000', peer, state: 'active', connected: true, addresses: [], lastSeenMs: 0, capabilities: undefined,
@@ -49,9 +50,16 @@ describe('assignRing', () => {
     expect(`${e.firstPeer}..${e.lastPeer} ${e.wire.encoding}${e.wire.zstd ? '+z' : ''} in ${e.receive.tensor}${e.receive.zstd ? '+z' : ''}`).toBe(engine);
   });
 
-  it('gives every message the epoch, the model and the context', () => {
-    const a = assign([stage(0, 0, 2), stage(1, 2, 8)], ringLinks([0, 1]));
+  it('gives every message the epoch, the model and the context, and the host\'s weight layout when it is not exact', () => {
+    const order = [stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)];
+    const a = assign(order, ringLinks([0, 1, 2]));
     expect(a.assigns[0]!.message).toMatchObject({ kind: 'assign', epoch: 3, model, maxPositions: 256 });
+    expect(a.assigns.map((x) => x.message.layout)).toEqual([undefined, undefined]);
+    const fast = assignRing({ epoch: 3, order, members: order.slice(1).map((s) => member(s.peer)), links: ringLinks([0, 1, 2]), hidden: 64, wirePolicy: EXACT_WIRE_POLICY, hostName: 'host', model, maxPositions: 256, layout: 'fast' });
+    expect(fast.assigns.map((x) => x.message.layout)).toEqual(['fast', 'fast']);
+    // What a member accepts: exact, fast or none; anything else is a protocol error.
+    expect(Assign.safeParse(fast.assigns[0]!.message).success).toBe(true);
+    expect(Assign.safeParse({ ...fast.assigns[0]!.message, layout: 'quick' }).success).toBe(false);
   });
 
   it('lists the host loading and each member assigned, with the wire it sends', () => {

@@ -7,6 +7,7 @@ import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
 import type { PlanJson } from '../planner/plan-json.js';
 import type { MemberView, SessionStatus } from '../session/host.js';
 import type { ActivationEncoding, WireOptions } from '../transport/tensor-frame.js';
+import type { WeightLayout } from '../runtime/weights/convert.js';
 import { chooseLinkWire, type WirePolicy } from './link-wire.js';
 import type { Assign, MemberToHostBody } from './ring-protocol.js';
 import { planRing, type RingStage } from './session-fleet.js';
@@ -131,6 +132,8 @@ export interface AssignmentInput {
   hostName: string;
   model: Assign['model'];
   maxPositions: number;
+  /** The ring's weight layout (absent: exact). */
+  layout?: WeightLayout;
 }
 
 export interface RingAssignment {
@@ -176,6 +179,7 @@ export function assignRing(input: AssignmentInput): RingAssignment {
       receive: i === 1 && hostRange.end === 0 ? { tensor: 'ids', zstd: wireOf(0).zstd } : { tensor: wireOf(prev).encoding, zstd: wireOf(prev).zstd },
       model: input.model,
       maxPositions: input.maxPositions,
+      ...(input.layout === 'fast' ? { layout: input.layout } : {}),
     };
     return { memberId: memberByPeer.get(s.peer)!.memberId, stage: s, message };
   });

@@ -240,7 +240,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.send({ kind: 'assigned', epoch: a.epoch, start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });
     this.startMemoryWatch();
-    const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions]);
+    const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions, a.layout ?? 'exact']);
     if (this.stage !== undefined && this.stageKey === key) {
       // The same layers as before: the running stage serves the new ring (only the caches went).
       const kept = await this.plans.next(a.epoch);
@@ -271,6 +271,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       ...(received ? { cacheSource: await this.weights.cacheSource(a, file, plan) } : {}),
       ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),
       ...(this.opts.threads !== undefined ? { threads: this.opts.threads } : {}),
+      ...(a.layout !== undefined ? { weightLayout: a.layout } : {}),
     });
     if (received) await this.weights.releaseBuilt(a, file, plan);
     if (this.closed || this.assignment !== a) {

@@ -16,6 +16,7 @@ import { z } from 'zod';
 import { KiwiError } from '../errors.js';
 import { parseJson, validated, type JsonErrors } from '../parse-json.js';
 import { ACTIVATION_ENCODINGS } from '../transport/tensor-frame.js';
+import { WEIGHT_LAYOUTS } from '../runtime/weights/convert.js';
 
 const peer = z.number().int().min(0).max(0xffff);
 const layer = z.number().int().min(0).max(4096);
@@ -42,6 +43,8 @@ export const Assign = z.strictObject({
     url: z.string().max(2048).regex(/^https?:\/\//).optional(),
   }),
   maxPositions: z.number().int().min(1).max(16_777_216),
+  /** How the stage lays out its weights (`kiwi host --weight-layout`, runtime/weights/convert.ts); absent: exact. Every stage of a ring uses the host's. */
+  layout: z.enum(WEIGHT_LAYOUTS as ['exact', 'fast']).optional(),
 });
 export type Assign = z.infer<typeof Assign>;
 

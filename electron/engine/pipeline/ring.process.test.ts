@@ -2,7 +2,8 @@
 // and two members (`kiwi join`), one with its own copy of the model and one that receives its
 // layers from the host; links direct, and once all relayed through the rendezvous. Greedy output through the OpenAI API (the official `openai` SDK) must be
 // exactly `kiwi generate`'s on one machine, token for token, for stories260K and for a synthetic
-// 8-layer model; several concurrent streaming clients each get their own correct text.
+// 8-layer model (and in the fast weight layout, the host's for every stage); several concurrent
+// streaming clients each get their own correct text.
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -152,6 +153,22 @@ describe('the ring served as an OpenAI API (real processes on loopback)', () => 
       expect(got.choices[0]?.text).toBe(reference.text);
       expect(got.usage?.completion_tokens).toBe((reference.ids as number[]).length);
     }
+  }, 180_000);
+
+  it('builds every stage in the host\'s weight layout (--weight-layout fast): the tokens of one machine in that layout', async () => {
+    const model = join(tempDir(), 'tiny-q4_0.gguf');
+    // Rows of 256: whole blocks of the fast layout's 128.
+    const shape = { name: 'tiny-q4', architecture: 'llama', blockCount: 6, embeddingLength: 256, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 320, contextLength: 256 };
+    await kiwiJson('synth', '--shape', JSON.stringify(shape), '--quant', 'q4_0', '--out', model, '--seed', '11');
+    const ring = await startRing(model, { host: ['--weight-layout', 'fast'] });
+    const prompt = 'a b c d';
+    const fast = await kiwiJson('generate', '--model', model, '--prompt', prompt, '--max-tokens', '24', '--weight-layout', 'fast');
+    const exact = await kiwiJson('generate', '--model', model, '--prompt', prompt, '--max-tokens', '24');
+    // The layouts give other tokens on random weights, so the ring's match says every stage built the fast one.
+    expect(fast.text).not.toBe(exact.text);
+    const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
+    const got = await client.completions.create({ model: 'tiny-q4', prompt: fast.prompt_ids as number[], max_tokens: 24, ...greedy });
+    expect(got.choices[0]?.text).toBe(fast.text);
   }, 180_000);
 
   it('chooses each link\'s activation encoding from its measured throughput with --activations auto (stories260K keeps every token)', async () => {

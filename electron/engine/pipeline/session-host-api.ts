@@ -8,6 +8,7 @@ import type { PrefixCacheStats } from '../runtime/prefix-cache.js';
 import type { DraftModelDrafter } from '../runtime/draft-model.js';
 import type { SpeculativeMode, SpeculativeStats } from '../runtime/speculative.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
+import type { WeightLayout } from '../runtime/weights/convert.js';
 import type { HostOptions, SessionStatus } from '../session/host.js';
 import type { WirePolicy } from './link-wire.js';
 import type { StageStatus } from './ring-assignment.js';
@@ -48,6 +49,8 @@ export interface SessionHostOptions {
   drafter?: DraftModelDrafter;
   provider?: ExecutionProvider;
   threads?: number;
+  /** How every stage of the ring lays out its weights (runtime/weights/convert.ts); default exact. */
+  weightLayout?: WeightLayout;
   cache?: ShardCache;
   /** How long members may take to load (and receive) their weights. Default 10 min. */
   readyTimeoutMs?: number;

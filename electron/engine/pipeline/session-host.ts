@@ -26,6 +26,7 @@ import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { KvBlockPool } from '../runtime/kv-pool.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
+import type { WeightLayout } from '../runtime/weights/convert.js';
 import { Stage } from '../runtime/stage.js';
 import { attentionHeadDim, type DecoderShape } from '../runtime/stage-graph.js';
 import { speculativeHealth } from '../runtime/speculative.js';
@@ -285,9 +286,14 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     return { ...device, memoryBytes: Math.max(0, device.memoryBytes - drafter.residentBytes) };
   }
 
-  private stageOptions(): { cache?: ShardCache; provider?: ExecutionProvider; threads?: number } {
-    const { cache, provider, threads } = this.opts;
-    return { ...(cache !== undefined ? { cache } : {}), ...(provider !== undefined ? { provider } : {}), ...(threads !== undefined ? { threads } : {}) };
+  private stageOptions(): { cache?: ShardCache; provider?: ExecutionProvider; threads?: number; weightLayout?: WeightLayout } {
+    const { cache, provider, threads, weightLayout } = this.opts;
+    return {
+      ...(cache !== undefined ? { cache } : {}),
+      ...(provider !== undefined ? { provider } : {}),
+      ...(threads !== undefined ? { threads } : {}),
+      ...(weightLayout !== undefined ? { weightLayout } : {}),
+    };
   }
 
   private async serveFirstRing(signal?: AbortSignal): Promise<void> {
@@ -352,6 +358,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       epoch, order, members, links: this.session.status().links, hidden: shape.hidden, wirePolicy: this.opts.wirePolicy ?? DEFAULT_WIRE_POLICY, hostName: this.opts.hostName ?? 'host',
       model: { fingerprint, name: basename(this.opts.modelPath), fileBytes: file.fileSize, ...(this.opts.modelUrl !== undefined ? { url: this.opts.modelUrl } : {}) },
       maxPositions: shape.maxPositions,
+      ...(this.opts.weightLayout !== undefined ? { layout: this.opts.weightLayout } : {}),
     });
     const stages = this.stages.assign(assignment);
     for (const { memberId, stage, message } of assignment.assigns) {
