@@ -265,6 +265,8 @@ export const HostRequest = z.strictObject({
   model_url: z.string().max(4096).regex(/^https?:\/\/[^\s]+$/, 'must be an http:// or https:// URL').optional(),
   model_sha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be 64 hex digits').optional(),
   auto_approve: z.boolean().optional(),
+  /** How every stage lays out the weights (`kiwi host --weight-layout`): fast requantizes Q4_0 (faster decode, lossy); absent: exact. */
+  weight_layout: z.enum(['exact', 'fast']).optional(),
 }).refine((r) => r.model_sha256 === undefined || (r.model_url !== undefined && r.model === undefined), {
   message: 'model_sha256 checks the download of model_url: give it with model_url and without model',
   path: ['model_sha256'],

@@ -85,10 +85,11 @@ export const api = {
   device: () => call(DeviceCard, 'GET', '/device'),
   bench: (refresh: boolean) => call(DeviceCard, 'POST', '/device/bench', { refresh }),
   /** Hosts a local GGUF file, or downloads `{ url }` into the model cache first and hosts it then; 'built-in': the embedded stories260K. */
-  host: (model: { path: string } | { url: string } | 'built-in', autoApprove: boolean) =>
+  host: (model: { path: string } | { url: string } | 'built-in', autoApprove: boolean, fastLayout = false) =>
     call(SessionStatus, 'POST', '/session/host', {
       ...(model === 'built-in' ? {} : 'path' in model ? { model: model.path } : { model_url: model.url }),
       auto_approve: autoApprove,
+      ...(fastLayout ? { weight_layout: 'fast' } : {}),
     }),
   cancelDownload: () => call(SessionStatus, 'POST', '/session/download/cancel', {}),
   join: (code: string, rendezvous: string | undefined, name?: string, memoryMb?: number, standbyGb?: number) =>

@@ -12,7 +12,7 @@ import { SessionStatus } from '../../../common/control-api.js';
 import { isKiwiError } from '../errors.js';
 import { generateIdentity } from '../session/identity.js';
 import type { ControlEndpoint } from './control-endpoint.js';
-import { createHostNode, type HostNode } from './host-node.js';
+import { createHostNode, ringOptionsFor, type HostNode } from './host-node.js';
 import { createMemberNode } from './member-node.js';
 
 let runtimeDir: string;
@@ -55,6 +55,15 @@ async function hostNode(): Promise<HostNode> {
   cleanups.push(() => node.close());
   return node;
 }
+
+describe('ringOptionsFor', () => {
+  it('gives the ring the request\'s fast weight layout over the app\'s options, and leaves them as they are otherwise', () => {
+    const app = { threads: 2, settleMs: 100 };
+    expect(ringOptionsFor({ weight_layout: 'fast' }, app)).toEqual({ threads: 2, settleMs: 100, weightLayout: 'fast' });
+    expect(ringOptionsFor({ weight_layout: 'exact' }, app)).toBe(app);
+    expect(ringOptionsFor({}, undefined)).toEqual({});
+  });
+});
 
 describe('createHostNode and createMemberNode', () => {
   it('a host without a model is a session alone on its control API, and its token file goes with it', async () => {

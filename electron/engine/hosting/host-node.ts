@@ -225,12 +225,17 @@ export interface RingHostingOptions {
   onError?: (err: KiwiError) => void;
 }
 
+/** The ring's options for a hosting request: the app's, with the request's weight layout. */
+export function ringOptionsFor(req: Pick<HostingRequest, 'weight_layout'>, ring: RingOptions = {}): RingOptions {
+  return req.weight_layout === 'fast' ? { ...ring, weightLayout: 'fast' } : ring;
+}
+
 /** Hosting from the UI: a host node whose members become the ring, served on /v1 once it forms. */
 export function ringHosting(opts: RingHostingOptions = {}): StartHosting {
   return async (req: HostingRequest): Promise<HostedSession> => {
     const node = await createHostNode({
       session: { ...opts.session, ...(req.auto_approve !== undefined ? { autoApprove: req.auto_approve } : {}) },
-      model: { path: req.model, ...(req.model_url !== undefined ? { url: req.model_url } : {}), ...(opts.ring !== undefined ? { ring: opts.ring } : {}), ...(opts.api !== undefined ? { api: opts.api } : {}) },
+      model: { path: req.model, ...(req.model_url !== undefined ? { url: req.model_url } : {}), ring: ringOptionsFor(req, opts.ring), ...(opts.api !== undefined ? { api: opts.api } : {}) },
       ...(opts.onError !== undefined ? { onError: opts.onError } : {}),
     });
     return node.hosted();

@@ -277,9 +277,12 @@ describe('control API', () => {
     expect(SessionStatus.parse(await res.json())).toMatchObject({ role: 'host', model: builtIn });
     expect(hosted).toEqual([{ model: builtIn, auto_approve: true }]);
     await call(withDefault, 'POST', '/session/leave');
-    // A model the request names still wins over the default.
-    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf' })).status).toBe(200);
+    // A model the request names still wins over the default; the app's weight layout setting comes along.
+    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf', weight_layout: 'fast' })).status).toBe(200);
     expect((await status(withDefault)).model).toBe('tiny.gguf');
+    expect(hosted[1]).toEqual({ model: 'tiny.gguf', weight_layout: 'fast' });
+    await call(withDefault, 'POST', '/session/leave');
+    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf', weight_layout: 'quick' })).status).toBe(400);
   });
 
   it('shows the host that its code stopped working after too many wrong codes', async () => {

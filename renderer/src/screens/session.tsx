@@ -31,6 +31,9 @@ export function SessionScreen({ status }: { status: SessionStatus }): ReactEleme
   );
 }
 
+/** The host form's weight layout choice, kept for the next session. */
+const FAST_LAYOUT_KEY = 'kiwi.weightLayout';
+
 const isUrl = (text: string): boolean => /^https?:\/\//i.test(text.trim());
 
 /** `shown`: the message the status banner already shows, so a failure is not shown twice. */
@@ -38,9 +41,14 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
   const id = useId();
   const [model, setModel] = useState('');
   const [autoApprove, setAutoApprove] = useState(false);
+  const [fastLayout, setFastLayout] = useState(() => localStorage.getItem(FAST_LAYOUT_KEY) === 'fast');
   const host = useSessionAction(api.host);
   const cancel = useSessionAction(api.cancelDownload);
-  const start = (text: string): void => host.mutate([isUrl(text) ? { url: text.trim() } : { path: text.trim() }, autoApprove]);
+  const chooseLayout = (fast: boolean): void => {
+    setFastLayout(fast);
+    localStorage.setItem(FAST_LAYOUT_KEY, fast ? 'fast' : 'exact');
+  };
+  const start = (text: string): void => host.mutate([isUrl(text) ? { url: text.trim() } : { path: text.trim() }, autoApprove, fastLayout]);
   const submit = (e: FormEvent): void => {
     e.preventDefault();
     start(model);
@@ -76,6 +84,10 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
           <input type="checkbox" checked={autoApprove} onChange={(e) => setAutoApprove(e.target.checked)} />
           Let in everyone who has the code (no approval)
         </label>
+        <label className="check">
+          <input type="checkbox" checked={fastLayout} onChange={(e) => chooseLayout(e.target.checked)} data-testid="fast-layout" />
+          Faster answers from Q4_0 models (their weights regrouped: close to the file&apos;s, not bit for bit)
+        </label>
         <ErrorBanner error={host.error?.message === shown ? null : (host.error as { message: string } | null)} />
         <button type="submit" disabled={host.isPending || model.trim() === ''}>
           {host.isPending ? 'Loading the model…' : isUrl(model) ? 'Download and host' : 'Start hosting'}
@@ -83,7 +95,7 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
       </form>
       <div className="builtin-model">
         <p className="muted small">No model yet? Kiwi comes with a tiny one that continues stories (try &ldquo;Once upon a time&rdquo;); it does not chat.</p>
-        <button type="button" className="secondary" disabled={host.isPending} onClick={() => host.mutate(['built-in', autoApprove])}>
+        <button type="button" className="secondary" disabled={host.isPending} onClick={() => host.mutate(['built-in', autoApprove, fastLayout])}>
           Host the built-in story model (stories260K)
         </button>
       </div>
