@@ -3,7 +3,9 @@
 // timed (median after warm-up, all stages in interleaved rounds); the prediction comes from
 // deviceCosts() with this machine as the only device, in the bandwidth tier (measured host
 // bandwidth for the blocks and head) and in the measured tier (the per-block probe of `kiwi bench
-// --model`); both take the probe's fixed step time. Used by bench/planner.ts; alone:
+// --model`); both take the probe's fixed step time. Each stage is also timed over a cache of
+// PROBE_FAR_POSITIONS positions against the measured tier's price there (stage_ms + position x
+// the stage's position_ms, from the probe's far runs). Used by bench/planner.ts; alone:
 //   npx tsx bench/stage-prediction.ts [--shape llama-3.2-1b] [--quant q4_0] [--model FILE] [--layers 1,2,4,8,16]
 // times [0, n) without the head and [L - n, L) with it for each n, and writes
 // bench/results/stage-prediction-<shape>-<quant>.json.
@@ -19,7 +21,7 @@ import { deviceCosts, stageCost } from '../electron/engine/planner/cost-model.js
 import type { Fleet, ModelSizes } from '../electron/engine/planner/fleet.js';
 import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
-import { blockShapeOf, openBlockProbe, splitStepTime } from '../electron/engine/runtime/block-probe.js';
+import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockShapeOf, openBlockProbe, positionTime, splitStepTime } from '../electron/engine/runtime/block-probe.js';
 import type { LayerRange } from '../electron/engine/runtime/layer-range.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
 import type { KvCache } from '../electron/engine/runtime/stage.js';
@@ -53,6 +55,10 @@ export interface StagePredictionRow {
   /** predicted / measured. */
   bandwidth_ratio: number;
   block_ms_ratio: number;
+  /** The same stage over a cache of PROBE_FAR_POSITIONS more positions, and the measured tier's price there. */
+  measured_far_ms: number;
+  predicted_far_ms: number;
+  far_ratio: number;
 }
 
 export interface StagePrediction {
@@ -70,6 +76,8 @@ export interface StagePrediction {
   probe_one_block_ms: number;
   /** The probe's fixed part of a step (one-block stage less its block). */
   probe_step_ms: number;
+  /** The probe's price of a cached position per block (its long stage over PROBE_FAR_POSITIONS positions). */
+  probe_position_ms: number;
   /** GGUF bytes of a block and of the head's reads; the runtime's packed bytes of the same. */
   block_bytes: number;
   head_bytes: number;
@@ -81,8 +89,8 @@ export interface StagePrediction {
   stages: StagePredictionRow[];
   /** Mean of |predicted / measured - 1| over the stages. */
   mean_abs_error: { bandwidth: number; block_ms: number };
-  /** Median of |predicted / measured - 1| over the stages (issue 14's measure). */
-  median_abs_error: { bandwidth: number; block_ms: number };
+  /** Median of |predicted / measured - 1| over the stages (issue 14's measure); far: the block_ms tier over the long cache. */
+  median_abs_error: { bandwidth: number; block_ms: number; far: number };
 }
 
 export async function measureStagePrediction(opts: StagePredictionOptions): Promise<StagePrediction> {
@@ -123,29 +131,45 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
     // in the same rounds as the stages so that both see the same load.
     const probe = await openBlockProbe(blockShapeOf(file), { positions, ...(threads !== undefined ? { threads } : {}), onProgress: log });
     const probeSamples: [number[], number[]] = [[], []];
-    const shape = await modelShapeFromGguf(file, { maxPositions: positions + 8 });
-    const stages: Array<{ range: LayerRange; head: boolean; stage: Stage; cache: KvCache; samples: number[]; steps: number }> = [];
+    const positionSamples: [number[], number[]] = [[], []];
+    const shape = await modelShapeFromGguf(file, { maxPositions: PROBE_FAR_POSITIONS + positions + 8 });
+    type Timed = { range: LayerRange; head: boolean; stage: Stage; cache: KvCache; far: KvCache; samples: number[]; farSamples: number[]; steps: number };
+    const stages: Timed[] = [];
     // Decode input: a token id for the first stage, else a hidden state of unit scale.
     const hidden = Float32Array.from({ length: shape.hidden }, (_, i) => Math.sin(i * 12.9898) * 0.5);
-    const step = async (s: (typeof stages)[number]): Promise<number> => {
+    const step = async (s: Timed, cache = s.cache): Promise<number> => {
       const input =
         s.range.start === 0
           ? { kind: 'ids' as const, ids: BigInt64Array.of(BigInt(300 + s.steps)), batch: 1, seq: 1 }
           : { kind: 'hidden' as const, hidden, batch: 1, seq: 1 };
       s.steps++;
       const t0 = performance.now();
-      await s.stage.forward(input, [s.cache]);
+      await s.stage.forward(input, [cache]);
       return performance.now() - t0;
+    };
+    /** A cache of PROBE_FAR_POSITIONS positions for `stage`, filled in prefill chunks. */
+    const farCache = async (stage: Stage, start: number): Promise<KvCache> => {
+      const c = stage.emptyCache(PROBE_FAR_POSITIONS + positions);
+      for (let p = 0; p < PROBE_FAR_POSITIONS; p += 256) {
+        const n = Math.min(256, PROBE_FAR_POSITIONS - p);
+        const input = start === 0
+          ? { kind: 'ids' as const, ids: BigInt64Array.from({ length: n }, (_, j) => BigInt(300 + ((p + j) % 5000))), batch: 1, seq: n }
+          : { kind: 'hidden' as const, hidden: Float32Array.from({ length: n * shape.hidden }, (_, i) => hidden[i % shape.hidden]!), batch: 1, seq: n };
+        await stage.forward(input, [c]);
+      }
+      return c;
     };
     try {
       for (const range of opts.ranges(shape.blockCount)) {
         const head = range.head ?? range.end === shape.blockCount;
         log(`building stage [${range.start}, ${range.end})${head ? ' + head' : ''}`);
         const stage = await Stage.open(file, shape, { ...range, head }, { accuracyLevel: 4, ...(threads !== undefined ? { threads } : {}) });
-        stages.push({ range, head, stage, cache: stage.emptyCache(positions), samples: [], steps: 0 });
+        stages.push({ range, head, stage, cache: stage.emptyCache(positions), far: await farCache(stage, range.start), samples: [], farSamples: [], steps: 0 });
       }
       for (let i = 0; i < warmupRuns; i++) await probe.pair(i);
+      for (let i = 0; i < warmupRuns; i++) await probe.far(i);
       for (const s of stages) for (let i = 0; i < warmupRuns; i++) await step(s);
+      for (const s of stages) for (let i = 0; i < warmupRuns; i++) await step(s, s.far);
       // Rounds over all stages in turn, so a burst of load from elsewhere on the machine falls on
       // every stage alike instead of on whichever was being timed.
       for (let r = 0; r < rounds; r++) {
@@ -155,8 +179,12 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
           const [one, two] = await probe.pair(warmupRuns + r * runsPerRound + i);
           probeSamples[0].push(one);
           probeSamples[1].push(two);
+          const [near, far] = await probe.far(warmupRuns + r * runsPerRound + i);
+          positionSamples[0].push(near);
+          positionSamples[1].push(far);
         }
         for (const s of stages) for (let i = 0; i < runsPerRound; i++) s.samples.push(await step(s));
+        for (const s of stages) for (let i = 0; i < runsPerRound; i++) s.farSamples.push(await step(s, s.far));
       }
     } finally {
       for (const s of stages) await s.stage.dispose();
@@ -168,6 +196,7 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
     const split = splitStepTime(...probeSamples);
     const stepMs = round(split.stepMs);
     const blockMs = round(split.blockMs);
+    const positionMs = positionTime(...positionSamples, PROBE_BLOCKS, PROBE_FAR_POSITIONS);
     const fleet = (measured?: number): Fleet => ({
       model: sizes,
       context: 256,
@@ -182,6 +211,8 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
       const measured = median(s.samples);
       const bw = stageCost(byBandwidth, blocks, s.head);
       const probe = stageCost(byProbe, blocks, s.head);
+      const measuredFar = median(s.farSamples);
+      const predictedFar = probe + blocks * positionMs * PROBE_FAR_POSITIONS;
       return {
         start: s.range.start,
         end: s.range.end,
@@ -192,11 +223,15 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
         predicted_block_ms_ms: round(probe),
         bandwidth_ratio: round(bw / measured),
         block_ms_ratio: round(probe / measured),
+        measured_far_ms: round(measuredFar),
+        predicted_far_ms: round(predictedFar),
+        far_ratio: round(predictedFar / measuredFar),
       };
     });
     const provider = probe.provider;
-    const mae = (key: 'bandwidth_ratio' | 'block_ms_ratio'): number => round(rows.reduce((a, r) => a + Math.abs(r[key] - 1), 0) / rows.length);
-    const mde = (key: 'bandwidth_ratio' | 'block_ms_ratio'): number => round(median(rows.map((r) => Math.abs(r[key] - 1))));
+    type RatioKey = 'bandwidth_ratio' | 'block_ms_ratio' | 'far_ratio';
+    const mae = (key: RatioKey): number => round(rows.reduce((a, r) => a + Math.abs(r[key] - 1), 0) / rows.length);
+    const mde = (key: RatioKey): number => round(median(rows.map((r) => Math.abs(r[key] - 1))));
     return {
       model: opts.shape,
       quant: opts.quant,
@@ -208,6 +243,7 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
       probe_block_ms: blockMs,
       probe_one_block_ms: round(median(probeSamples[0])),
       probe_step_ms: stepMs,
+      probe_position_ms: round(positionMs, 7),
       block_bytes: sizes.blockBytes,
       head_bytes: sizes.headBytes,
       block_read_bytes: sizes.blockResidentBytes ?? sizes.blockBytes,
@@ -216,7 +252,7 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
       load_average: { before: round(loadBefore, 2), after: round(loadavg()[0]!, 2) },
       stages: rows,
       mean_abs_error: { bandwidth: mae('bandwidth_ratio'), block_ms: mae('block_ms_ratio') },
-      median_abs_error: { bandwidth: mde('bandwidth_ratio'), block_ms: mde('block_ms_ratio') },
+      median_abs_error: { bandwidth: mde('bandwidth_ratio'), block_ms: mde('block_ms_ratio'), far: mde('far_ratio') },
     };
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -224,7 +260,7 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
 }
 
 export function formatStagePrediction(p: StagePrediction): string {
-  const header = ['stage', 'blocks', 'measured ms', 'bandwidth tier ms', 'ratio', 'block_ms tier ms', 'ratio'];
+  const header = ['stage', 'blocks', 'measured ms', 'bandwidth tier ms', 'ratio', 'block_ms tier ms', 'ratio', `measured @${PROBE_FAR_POSITIONS}`, 'predicted', 'ratio'];
   const body = p.stages.map((r) => [
     `[${r.start}, ${r.end})${r.head ? ' + head' : ''}`,
     String(r.blocks),
@@ -233,16 +269,19 @@ export function formatStagePrediction(p: StagePrediction): string {
     `${r.bandwidth_ratio.toFixed(2)}×`,
     r.predicted_block_ms_ms.toFixed(2),
     `${r.block_ms_ratio.toFixed(2)}×`,
+    r.measured_far_ms.toFixed(2),
+    r.predicted_far_ms.toFixed(2),
+    `${r.far_ratio.toFixed(2)}×`,
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (cols: string[]): string => cols.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [
     `stage prediction on this machine: ${p.model} ${p.quant}, ${p.provider} (${p.threads} threads), host bandwidth ${p.host_bandwidth_gbps} GB/s (${p.bandwidth_method}), ` +
-      `probe block ${p.probe_block_ms} ms + step ${p.probe_step_ms} ms (one-block stage ${p.probe_one_block_ms} ms), load average ${p.load_average.before} → ${p.load_average.after}, median of ${p.runs} runs`,
+      `probe block ${p.probe_block_ms} ms + step ${p.probe_step_ms} ms + ${(p.probe_position_ms * 1000).toFixed(3)} µs a cached position (one-block stage ${p.probe_one_block_ms} ms), load average ${p.load_average.before} → ${p.load_average.after}, median of ${p.runs} runs`,
     line(header),
     ...body.map(line),
     `|predicted/measured - 1|: bandwidth tier median ${pct(p.median_abs_error.bandwidth)} (mean ${pct(p.mean_abs_error.bandwidth)}), ` +
-      `block_ms tier median ${pct(p.median_abs_error.block_ms)} (mean ${pct(p.mean_abs_error.block_ms)})`,
+      `block_ms tier median ${pct(p.median_abs_error.block_ms)} (mean ${pct(p.mean_abs_error.block_ms)}), over ${PROBE_FAR_POSITIONS} cached positions median ${pct(p.median_abs_error.far)}`,
   ].join('\n');
 }
 

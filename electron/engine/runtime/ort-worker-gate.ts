@@ -42,6 +42,12 @@ export function watchGate(gate: Gate): () => void {
   return () => live.delete(gate);
 }
 
+/** Process side: whether a live worker is inside a native call now (diagnostics; stage-worker.process.test.ts exits in one). */
+export function nativeCallInFlight(): boolean {
+  for (const g of live) if (Atomics.load(g, BUSY) === 1) return true;
+  return false;
+}
+
 function closeAll(): void {
   for (const g of live) Atomics.store(g, CLOSING, 1);
   const deadline = Date.now() + EXIT_WAIT_MS;

@@ -22,20 +22,24 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** Exits the process 100 ms into a prefill that takes far longer: the worker is inside onnxruntime. */
+/** Exits the process while the worker is inside onnxruntime's run of a prefill (seen through its gate, not guessed from a delay). */
 function exitDuringPrefill(model: string): string {
   return `
     import { openGguf } from './electron/engine/model/gguf/gguf-reader.ts';
     import { modelShapeFromGguf } from './electron/engine/runtime/decoder-shape.ts';
     import { Stage } from './electron/engine/runtime/stage.ts';
+    import { nativeCallInFlight } from './electron/engine/runtime/ort-worker-gate.ts';
     const file = await openGguf(${JSON.stringify(model)});
     const shape = await modelShapeFromGguf(file);
     const stage = await Stage.open(file, shape, { start: 0, end: shape.blockCount, head: true }, { threads: 1, worker: true });
     const ids = BigInt64Array.from({ length: 1000 }, (_, i) => BigInt(i % 300));
-    const prefill = stage.forward({ kind: 'ids', ids, batch: 1, seq: ids.length }, [stage.emptyCache(1000)]);
-    setTimeout(() => { console.log(JSON.stringify({ event: 'exiting' })); process.exit(0); }, 100);
-    await prefill;
-    console.log(JSON.stringify({ event: 'finished-first' }));
+    // Exits once the worker is inside onnxruntime's run; prefills again until the poll sees one.
+    setInterval(() => {
+      if (!nativeCallInFlight()) return;
+      console.log(JSON.stringify({ event: 'exiting' }));
+      process.exit(0);
+    }, 1);
+    for (;;) await stage.forward({ kind: 'ids', ids, batch: 1, seq: ids.length }, [stage.emptyCache(1000)]);
   `;
 }
 
