@@ -167,7 +167,7 @@ describe('the ring served as an OpenAI API (real processes on loopback)', () => 
     // The layouts give other tokens on random weights, so the ring's match says every stage built the fast one.
     expect(fast.text).not.toBe(exact.text);
     const client = new OpenAI({ baseURL: ring.url, apiKey: 'unused' });
-    const got = await client.completions.create({ model: 'tiny-q4', prompt: fast.prompt_ids as number[], max_tokens: 24, ...greedy });
+    const got = await client.completions.create({ model: 'tiny-q4_0', prompt: fast.prompt_ids as number[], max_tokens: 24, ...greedy });
     expect(got.choices[0]?.text).toBe(fast.text);
   }, 180_000);
 
