@@ -59,6 +59,20 @@ function longPromptIds(): number[] {
   return [1, ...Array.from({ length: LONG - 1 }, (_, i) => 1000 + ((i * 104729) % 20000))];
 }
 
+type Generate = (prompt: number[]) => Promise<[prefillMs: number, decodeMs: number, tokens: number[]]>;
+
+/** One round of an engine: the short prompt's prefill and decode, then the decode after the long prompt. */
+async function roundOf(generate: Generate): Promise<RoundResult> {
+  const [prefillMs, decodeMs, tokens] = await generate(promptIds());
+  const longMs = LONG > 0 ? (await generate(longPromptIds()))[1] : undefined;
+  return {
+    prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
+    decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
+    ...(longMs !== undefined ? { longDecodeTokPerS: (DECODE_TOKENS * 1000) / longMs } : {}),
+    tokens,
+  };
+}
+
 // ---- child side ----------------------------------------------------------------------------
 
 async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, layout: Layout): Promise<void> {
@@ -95,7 +109,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
     if (stage.origin.source !== 'cache') throw new Error('the warm start did not come from the shard cache');
     const chain = new StageChain([stage]);
     // Prefill (in PROMPT_TOKENS chunks), then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms, greedy tokens].
-    const generate = async (prompt: number[]): Promise<[number, number, number[]]> => {
+    const generate: Generate = async (prompt) => {
       const caches = chain.newCaches(prompt.length + DECODE_TOKENS + 1);
       const p0 = performance.now();
       let logits: Float32Array = new Float32Array(0);
@@ -119,16 +133,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
       }
       return out;
     };
-    round = async () => {
-      const [prefillMs, decodeMs, tokens] = await generate(promptIds());
-      const longMs = LONG > 0 ? (await generate(longPromptIds()))[1] : undefined;
-      return {
-        prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
-        decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
-        ...(longMs !== undefined ? { longDecodeTokPerS: (DECODE_TOKENS * 1000) / longMs } : {}),
-        tokens,
-      };
-    };
+    round = () => roundOf(generate);
     send({ type: 'ready', warmBuildMs, loadMs: warmBuildMs });
   } else {
     const { getLlama } = await import('node-llama-cpp');
@@ -139,7 +144,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
     const sequence = context.getSequence();
     const loadMs = performance.now() - t0;
     // Prefill, then DECODE_TOKENS greedy steps; returns [prefill ms, decode ms, greedy tokens].
-    const generate = async (prompt: number[]): Promise<[number, number, number[]]> => {
+    const generate: Generate = async (prompt) => {
       await sequence.clearHistory();
       const p0 = performance.now();
       let n = 0;
@@ -157,16 +162,7 @@ async function worker(engine: WorkerKind, modelPath: string, cacheDir: string, l
       }
       return [prefillMs, performance.now() - d0, tokens];
     };
-    round = async () => {
-      const [prefillMs, decodeMs, tokens] = await generate(promptIds());
-      const longMs = LONG > 0 ? (await generate(longPromptIds()))[1] : undefined;
-      return {
-        prefillTokPerS: (PROMPT_TOKENS * 1000) / prefillMs,
-        decodeTokPerS: (DECODE_TOKENS * 1000) / decodeMs,
-        ...(longMs !== undefined ? { longDecodeTokPerS: (DECODE_TOKENS * 1000) / longMs } : {}),
-        tokens,
-      };
-    };
+    round = () => roundOf(generate);
     send({ type: 'ready', loadMs });
   }
   process.on('message', (m: { cmd: 'round' | 'rss' | 'agree'; forced?: number[] }) => {
