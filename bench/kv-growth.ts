@@ -17,8 +17,7 @@ import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
 import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
-import type { KvCache } from '../electron/engine/runtime/stage.js';
-import { attentionHeadDim } from '../electron/engine/runtime/stage-graph.js';
+import { freeCache, type KvCache } from '../electron/engine/runtime/kv-store.js';
 
 const RESERVE = Number(process.env.KIWI_KV_RESERVE ?? 2048);
 const ROUNDS = Number(process.env.KIWI_KV_ROUNDS ?? 4);
@@ -33,14 +32,7 @@ const shape = await modelShapeFromGguf(file, { maxPositions: RESERVE });
 const stage = await Stage.open(file, shape, { start: 0, end: shape.blockCount, head: true }, { cache: new ShardCache(join(dir, 'shards-q4_0')), threads: 2, accuracyLevel: 4 });
 
 function fullCache(): KvCache {
-  const size = shape.kvHeads * RESERVE * attentionHeadDim(shape);
-  return {
-    length: 0,
-    capacity: RESERVE,
-    allocated: RESERVE,
-    keys: Array.from({ length: shape.blockCount }, () => new Float32Array(size)),
-    values: Array.from({ length: shape.blockCount }, () => new Float32Array(size)),
-  };
+  return stage.emptyCache(RESERVE, RESERVE);
 }
 
 /** Decode tokens/s after a PROMPT-token prefill. */
@@ -55,7 +47,11 @@ async function decodeTokPerS(cache: KvCache): Promise<number> {
 const results = { grown: [] as number[], full: [] as number[] };
 for (let r = 0; r < ROUNDS; r++) {
   const order = r % 2 === 0 ? (['grown', 'full'] as const) : (['full', 'grown'] as const);
-  for (const kind of order) results[kind].push(await decodeTokPerS(kind === 'grown' ? stage.emptyCache(RESERVE) : fullCache()));
+  for (const kind of order) {
+    const cache = kind === 'grown' ? stage.emptyCache(RESERVE) : fullCache();
+    results[kind].push(await decodeTokPerS(cache));
+    freeCache(cache);
+  }
 }
 await stage.dispose();
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;

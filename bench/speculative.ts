@@ -34,7 +34,8 @@ import { DraftModelDrafter, openDraftModel } from '../electron/engine/runtime/dr
 import { buildStageChain } from '../electron/engine/runtime/stage-chain.js';
 import { DEFAULT_SAMPLING, Sampler } from '../electron/engine/runtime/sampling.js';
 import type { SpeculativeMode } from '../electron/engine/runtime/speculative.js';
-import { Stage, type KvCache } from '../electron/engine/runtime/stage.js';
+import { Stage } from '../electron/engine/runtime/stage.js';
+import type { KvCache } from '../electron/engine/runtime/kv-store.js';
 import { OracleDrafter } from '../electron/engine/runtime/test-support/oracle-drafter.js';
 import { createMemoryLinkPair, type Link } from '../electron/engine/transport/link.js';
 import { openSecureLink, type SecureLink } from '../electron/engine/transport/secure-link.js';

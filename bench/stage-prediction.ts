@@ -24,7 +24,7 @@ import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js'
 import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockShapeOf, openBlockProbe, positionTime, splitStepTime } from '../electron/engine/runtime/block-probe.js';
 import type { LayerRange } from '../electron/engine/runtime/layer-range.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
-import type { KvCache } from '../electron/engine/runtime/stage.js';
+import type { KvCache } from '../electron/engine/runtime/kv-store.js';
 import { median } from '../electron/engine/median.js';
 
 export interface StagePredictionOptions {

@@ -30,13 +30,10 @@ export interface StageSession {
    * The buffers of tensors given in `fetches` may move to another thread during the run (a
    * worker session); once run settles, succeeded or failed, `fetches[name]` holds the tensor to
    * use from then on, with the output written into it (in-thread: the same tensor).
-   * The buffers of the feeds named in `lend` may move the same way (inputs read in place, such as
-   * the K/V caches, that would otherwise be copied to the thread): once run settles,
-   * `feeds[name]` holds the tensor to use.
    * A failed run rejects with a KiwiError (RUNTIME_RUN_FAILED, or RUNTIME_WORKER_FAILED when a
    * worker thread died).
    */
-  run(feeds: OrtFeeds, fetches?: Record<string, ort.Tensor | null>, lend?: readonly string[]): Promise<Record<string, ort.Tensor>>;
+  run(feeds: OrtFeeds, fetches?: Record<string, ort.Tensor | null>): Promise<Record<string, ort.Tensor>>;
   dispose(): Promise<void>;
 }
 

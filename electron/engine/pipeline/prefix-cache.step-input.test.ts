@@ -4,7 +4,7 @@
 // (a step naming one is out of step with the host: recomputed, nobody's offence).
 import { describe, expect, it } from 'vitest';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
-import type { KvCache } from '../runtime/stage.js';
+import { KvStore, localKvHost, type KvCache } from '../runtime/kv-store.js';
 import { encodeStepFrame } from '../transport/tensor-frame.js';
 import { encodeRingEvent, encodeRingStep, stepMetadata, type Assign, type StepRow } from './ring-protocol.js';
 import { checkStepInput, StepError, type StageCaches } from './ring-step-input.js';
@@ -17,14 +17,24 @@ const assign: Assign = {
   model: { fingerprint: 'a'.repeat(64), name: 'm', fileBytes: 1 }, maxPositions: 64,
 };
 
-/** A one-layer cache of `length` filled positions whose values say where they are (head * 1000 + position). */
+const host = localKvHost({ layers: 1, kvHeads: KV_HEADS, headDim: HEAD_DIM });
+const kv = new KvStore(host);
+
+/** A one-layer cache of `length` filled positions whose values say where they are (K: head * 1000 + position, V: its negative). */
 function filled(capacity: number, length: number): KvCache {
-  const allocated = capacity;
-  const k = new Float32Array(KV_HEADS * allocated * HEAD_DIM);
-  for (let h = 0; h < KV_HEADS; h++) for (let p = 0; p < length; p++) k.fill(h * 1000 + p, (h * allocated + p) * HEAD_DIM, (h * allocated + p + 1) * HEAD_DIM);
-  return { length, capacity, allocated, keys: [k], values: [k.map((x) => -x)] };
+  const c = kv.empty(capacity, capacity);
+  const { keys, values } = host.buffers.buffers(c.id);
+  for (let h = 0; h < KV_HEADS; h++) {
+    for (let p = 0; p < length; p++) {
+      const at = (h * c.allocated + p) * HEAD_DIM;
+      keys[0]!.fill(h * 1000 + p, at, at + HEAD_DIM);
+      values[0]!.fill(-(h * 1000 + p), at, at + HEAD_DIM);
+    }
+  }
+  c.length = length;
+  return c;
 }
-const stage: StageCaches = { shape: { hidden: HIDDEN }, emptyCache: (capacity) => filled(capacity, 0) };
+const stage: StageCaches = { shape: { hidden: HIDDEN }, emptyCache: (capacity) => kv.empty(capacity) };
 
 async function step(rows: StepRow[], seq: number): Promise<Uint8Array> {
   const tensor = { kind: 'hidden' as const, hidden: new Float32Array(rows.length * seq * HIDDEN), dims: [rows.length, seq, HIDDEN] as [number, number, number] };
@@ -34,7 +44,7 @@ async function step(rows: StepRow[], seq: number): Promise<Uint8Array> {
 describe('the prompt cache on a member stage', () => {
   it('keeps a finished request\'s prompt positions and seeds a later request from them', async () => {
     const caches = new Map([[3, filled(32, 20)]]);
-    const prefixes = new PrefixKvStore(KV_HEADS);
+    const prefixes = new PrefixKvStore();
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [], keep: [{ id: 3, entry: 1, length: 12 }] }), undefined, prefixes);
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [3] }), undefined, prefixes);
     expect([...caches.keys()]).toEqual([]);
@@ -45,14 +55,17 @@ describe('the prompt cache on a member stage', () => {
     expect(input?.kind === 'step' && input.caches[0]).toBe(c);
     expect(c).toMatchObject({ length: 10, capacity: 48 });
     // Positions 0..9 of each head moved over exactly; nothing past them.
-    const at = (h: number, p: number): number => c.keys[0]![(h * c.allocated + p) * HEAD_DIM]!;
+    const b = host.buffers.buffers(c.id);
+    const at = (h: number, p: number): number => b.keys[0]![(h * b.allocated + p) * HEAD_DIM]!;
     expect([at(0, 0), at(0, 9), at(1, 3), at(1, 9), at(1, 10)]).toEqual([0, 9, 1003, 1009, 0]);
-    expect(c.values[0]![(1 * c.allocated + 9) * HEAD_DIM]).toBe(-1009);
+    expect(b.values[0]![(1 * b.allocated + 9) * HEAD_DIM]).toBe(-1009);
+    // The finished request's cache was freed; what is held is the new request's and the entry's copy.
+    expect(kv.size).toBe(2);
   });
 
   it('a step that names a dropped entry is out of step with the host (recomputed)', async () => {
     const caches = new Map([[3, filled(32, 20)]]);
-    const prefixes = new PrefixKvStore(KV_HEADS);
+    const prefixes = new PrefixKvStore();
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [3], keep: [{ id: 3, entry: 1, length: 12 }] }), undefined, prefixes);
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [], drop: [1] }), undefined, prefixes);
     expect(prefixes.size).toBe(0);

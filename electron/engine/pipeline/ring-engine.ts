@@ -13,7 +13,8 @@
 // throw out of a message handler.
 import { isKiwiError, isKiwiErrorCode, KiwiError, type KiwiErrorCode } from '../errors.js';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
-import { rollbackCache, type KvCache, type Stage } from '../runtime/stage.js';
+import type { Stage } from '../runtime/stage.js';
+import { freeCache, rollbackCache, type KvCache } from '../runtime/kv-store.js';
 import type { SecureLink } from '../transport/secure-link.js';
 import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type ActivationEncoding, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
 import { decodeRingEvent, encodeRingEvent, encodeRingStep, parseStepMetadata, RingKind, stepMetadata, type RingEvent, type StepRow } from './ring-protocol.js';
@@ -119,7 +120,7 @@ export class RingEngine {
   ) {
     this.attach(opts.lastPeer);
     this.attach(opts.firstPeer);
-    this.prefixKv = new PrefixKvStore(opts.head.shape.kvHeads);
+    this.prefixKv = new PrefixKvStore();
   }
 
   get vocab(): number {
@@ -149,6 +150,9 @@ export class RingEngine {
     this.broken ??= err;
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
+    // The next ring's engine opens its own caches (the stages may be the same).
+    for (const id of [...this.caches.keys()]) this.dropCaches(id);
+    this.prefixKv.clear();
   }
 
   /** Listens on a ring link (call again when a link came back up). */
@@ -168,12 +172,13 @@ export class RingEngine {
 
   /** Opens the host's caches for a request of at most `capacity` positions. */
   open(id: number, capacity: number): void {
+    this.dropCaches(id);
     this.caches.set(id, { first: this.opts.first?.emptyCache(capacity), head: this.opts.head.emptyCache(capacity) });
   }
 
   /** Frees a request on the host and, through a `free` event around the ring, on every member. */
   free(ids: readonly number[]): void {
-    for (const id of ids) this.caches.delete(id);
+    for (const id of ids) this.dropCaches(id);
     this.sendEvent({ type: 'free', ids: [...ids] });
   }
 
@@ -189,6 +194,7 @@ export class RingEngine {
     const cap = this.cachesOf(id).head.capacity;
     const seeded = this.prefixKv.seed(entry, length, cap);
     if (seeded === undefined) throw new Error(`prompt cache entry ${entry} is not held by the host`);
+    this.dropCaches(id);
     this.caches.set(id, this.opts.first !== undefined ? { first: seeded[0], head: seeded[1]! } : { first: undefined, head: seeded[0]! });
   }
 
@@ -244,6 +250,15 @@ export class RingEngine {
     const result = new Promise<Float32Array[]>((resolve, reject) => this.pending.set(step, { rows: meta, seq, logitsTail, started, hostMs, resolve, reject, onHiddenNorm: opts.onHiddenNorm }));
     link.send(encodeRingStep(frame));
     return result;
+  }
+
+  /** Frees request `id`'s caches on the host's stages. */
+  private dropCaches(id: number): void {
+    const c = this.caches.get(id);
+    if (c === undefined) return;
+    if (c.first !== undefined) freeCache(c.first);
+    freeCache(c.head);
+    this.caches.delete(id);
   }
 
   private cachesOf(id: number): { first: KvCache | undefined; head: KvCache } {

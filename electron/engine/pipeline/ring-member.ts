@@ -22,7 +22,8 @@ import type { ExecutionProvider } from '../ort/session.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
-import { Stage, type KvCache, type StageInput } from '../runtime/stage.js';
+import { Stage, type StageInput } from '../runtime/stage.js';
+import { freeCache, type KvCache } from '../runtime/kv-store.js';
 import type { MemberSession } from '../session/member.js';
 import { encodeStepFrame, firstNonFinite, type WireOptions } from '../transport/tensor-frame.js';
 import type { SecureLink } from '../transport/secure-link.js';
@@ -223,20 +224,27 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     }
   }
 
+  /** Frees every request's cache and the prompt cache (a new assignment starts without them). */
+  private dropCaches(): void {
+    for (const c of this.caches.values()) freeCache(c);
+    this.caches.clear();
+    this.prefixes?.clear();
+    this.prefixes = undefined;
+  }
+
   private async onAssign(a: Assign): Promise<void> {
     if (a.start >= a.end) throw new KiwiError('RING_PROTOCOL', `The host assigned an empty layer range ${a.start}-${a.end}.`);
     const t0 = performance.now();
     // From now on steps of the old epoch are dropped and a transfer for it ends.
     this.assignment = a;
-    this.caches.clear();
-    this.prefixes = undefined;
+    this.dropCaches();
     this.recentStepMs.length = 0;
     this.weights.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
     // Standby fetches wait while the new range loads (they would share its disk and link).
     await this.standby?.pause();
     await this.queue;
     if (this.assignment !== a) return;
-    this.caches.clear();
+    this.dropCaches();
     this.send({ kind: 'assigned', epoch: a.epoch, start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });
     this.startMemoryWatch();
@@ -245,7 +253,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       // The same layers as before: the running stage serves the new ring (only the caches went).
       const kept = await this.plans.next(a.epoch);
       this.rangeBytes = planBytes(kept);
-      this.prefixes = new PrefixKvStore(this.stage.shape.kvHeads);
+      this.prefixes = new PrefixKvStore();
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
@@ -281,7 +289,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.stage = stage;
     this.stageKey = key;
     this.stageLocal = source === 'local';
-    this.prefixes = new PrefixKvStore(stage.shape.kvHeads);
+    this.prefixes = new PrefixKvStore();
     const loadMs = performance.now() - t0;
     this.send({ kind: 'ready', epoch: a.epoch, source, transferredBytes, loadMs });
     this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { isKiwiError, KiwiError } from '../errors.js';
-import type { KvCache } from '../runtime/stage.js';
+import { KvStore, localKvHost, type KvCache } from '../runtime/kv-store.js';
 import { encodeStepFrame, type StepTensor } from '../transport/tensor-frame.js';
 import { decodeRingEvent, encodeRingEvent, encodeRingStep, stepMetadata, type Assign, type StepRow } from './ring-protocol.js';
 import { checkStepInput, malformedFault, StepError, stepFailed, type StageCaches } from './ring-step-input.js';
@@ -10,8 +10,9 @@ const assign: Assign = {
   kind: 'assign', epoch: 2, start: 1, end: 3, prev: 1, next: 0, encoding: 'f32', zstd: false, receive: { tensor: 'f32', zstd: false },
   model: { fingerprint: 'a'.repeat(64), name: 'm', fileBytes: 1 }, maxPositions: 64,
 };
-/** A cache as a stage makes one (checkStepInput only reads its length and capacity). */
-const cacheOf = (capacity: number, length = 0): KvCache => ({ length, capacity, allocated: Math.min(capacity, 256), keys: [], values: [] });
+const kv = new KvStore(localKvHost({ layers: 1, kvHeads: 1, headDim: 4 }));
+/** A cache of `length` positions (checkStepInput reads only its length and capacity). */
+const cacheOf = (capacity: number, length = 0): KvCache => Object.assign(kv.empty(capacity), { length });
 const stage: StageCaches = { shape: { hidden: HIDDEN }, emptyCache: (capacity) => cacheOf(capacity) };
 
 function hidden(batch: number, seq: number, width = HIDDEN): StepTensor {
@@ -47,11 +48,13 @@ describe('what a member stage takes from the previous stage', () => {
     expect(input?.kind === 'step' && input.caches).toEqual([caches.get(1), caches.get(2)]);
   });
 
-  it('drops the caches of freed requests and passes the event on', async () => {
+  it('drops and frees the caches of freed requests and passes the event on', async () => {
     const caches = new Map([[1, cacheOf(8)], [2, cacheOf(8)]]);
+    const freed = caches.get(1)!;
     const input = await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [1] }));
     expect(input).toEqual({ kind: 'event', event: { type: 'free', ids: [1] } });
     expect([...caches.keys()]).toEqual([2]);
+    expect(() => kv.check(freed)).toThrow(/freed/);
   });
 
   it.each([

@@ -4,7 +4,7 @@
 // drops the caches of requests that ended; traffic of another ring epoch is dropped.
 import { isKiwiError, KiwiError } from '../errors.js';
 import type { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
-import { rollbackCache, type KvCache } from '../runtime/stage.js';
+import { freeCache, rollbackCache, type KvCache } from '../runtime/kv-store.js';
 import { decodeStepFrame, maxStepFrameBytes, type StepFrame } from '../transport/tensor-frame.js';
 import { decodeRingEvent, encodeRingEvent, parseStepMetadata, RingKind, type Assign, type RingEvent } from './ring-protocol.js';
 
@@ -48,7 +48,11 @@ export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<
         if (c !== undefined && c.length >= k.length) prefixes?.keep(k.entry, [c], k.length);
       }
       prefixes?.drop(event.drop ?? []);
-      for (const id of event.ids) caches.delete(id);
+      for (const id of event.ids) {
+        const c = caches.get(id);
+        if (c !== undefined) freeCache(c);
+        caches.delete(id);
+      }
     }
     if (event.type === 'step-failed' && event.epoch !== a.epoch) return undefined;
     return { kind: 'event', event };

@@ -26,7 +26,8 @@ import { SYNTH_QUANTS, synthesizeModel } from '../model/synth/synth.js';
 import type { ModelShape as SynthShape } from '../model/synth/shapes.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ExecutionProvider } from '../ort/session.js';
-import { Stage, type KvCache } from './stage.js';
+import { Stage } from './stage.js';
+import type { KvCache } from './kv-store.js';
 import { median } from '../median.js';
 
 export interface BlockProbeOptions {

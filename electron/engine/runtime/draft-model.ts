@@ -15,7 +15,8 @@ import { openLocalModel } from './local-model.js';
 import type { Drafter } from './prompt-lookup.js';
 import { argmax } from './sampling.js';
 import type { RequestCaches, StageChain } from './stage-chain.js';
-import { rollbackCache, type StageOptions } from './stage.js';
+import type { StageOptions } from './stage.js';
+import { freeCache, rollbackCache } from './kv-store.js';
 
 interface DraftState {
   caches: RequestCaches;
@@ -46,12 +47,13 @@ export class DraftModelDrafter implements Drafter {
 
   /** The request ended: its draft caches go. */
   release(key: object): void {
+    for (const c of this.states.get(key)?.caches ?? []) freeCache(c);
     this.states.delete(key);
   }
 
   async dispose(): Promise<void> {
     await this.queue;
-    this.states.clear();
+    this.states.clear(); // the chain's disposal drops their buffers
     await this.onDispose();
   }
 

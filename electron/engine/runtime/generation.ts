@@ -8,7 +8,7 @@ import { KvBlockPool } from './kv-pool.js';
 import { PrefixKvStore } from './prefix-cache-kv.js';
 import { speculationFor, type SpeculativeDecoding, type SpeculativeMode } from './speculative.js';
 import type { Drafter } from './prompt-lookup.js';
-import { rollbackCache } from './stage.js';
+import { freeCache, rollbackCache } from './kv-store.js';
 import type { RequestCaches, StageChain } from './stage-chain.js';
 
 export interface BatchGeneratorOptions {
@@ -45,13 +45,13 @@ export class BatchGenerator extends GenerationLoop<RequestCaches> {
     const speculation = chain.verifies ? speculationFor(opts.speculative, opts.drafter) : undefined;
     super(pool, chain.maxPositions, { ...opts, maxInFlight: 1, ...(speculation !== undefined ? { speculation } : {}) });
     this.speculation = speculation;
-    this.prefixKv = new PrefixKvStore(chain.stages[0]!.shape.kvHeads);
+    this.prefixKv = new PrefixKvStore();
   }
 
   protected override seedPrefix(a: LoopRequest<RequestCaches>, entry: number, length: number): void {
     const seeded = this.prefixKv.seed(entry, length, a.state[0]!.capacity);
     if (seeded === undefined) throw new Error(`prompt cache entry ${entry} is not held`);
-    a.state.splice(0, a.state.length, ...seeded);
+    for (const c of a.state.splice(0, a.state.length, ...seeded)) freeCache(c);
   }
 
   protected override keepPrefix(a: LoopRequest<RequestCaches>, entry: number, length: number): void {
@@ -64,6 +64,10 @@ export class BatchGenerator extends GenerationLoop<RequestCaches> {
 
   protected open(_id: number, capacityTokens: number): RequestCaches {
     return this.chain.newCaches(capacityTokens);
+  }
+
+  protected override close(a: LoopRequest<RequestCaches>): void {
+    for (const c of a.state) freeCache(c);
   }
 
   protected runStep(rows: readonly StepRow<RequestCaches>[]): Promise<Float32Array[]> {

@@ -13,8 +13,7 @@ import { synthesizeModel } from '../model/synth/synth.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ModelShape } from './decoder-shape.js';
 import { Stage } from './stage.js';
-import type { KvCache } from './stage.js';
-import { attentionHeadDim } from './stage-graph.js';
+import type { KvCache } from './kv-store.js';
 
 const CAPACITY = 700;
 let dir: string;
@@ -38,15 +37,7 @@ afterAll(async () => {
 
 /** A cache whose buffers already hold the whole reservation (the layout before growth existed). */
 function fullCache(): KvCache {
-  const size = shape.kvHeads * CAPACITY * attentionHeadDim(shape);
-  const layers = shape.blockCount;
-  return {
-    length: 0,
-    capacity: CAPACITY,
-    allocated: CAPACITY,
-    keys: Array.from({ length: layers }, () => new Float32Array(size)),
-    values: Array.from({ length: layers }, () => new Float32Array(size)),
-  };
+  return stage.emptyCache(CAPACITY, CAPACITY);
 }
 
 async function logits(ids: number[], caches: KvCache[]): Promise<Float32Array> {

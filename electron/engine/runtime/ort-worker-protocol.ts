@@ -1,9 +1,11 @@
 // The messages between a stage session's worker thread (ort-worker.ts) and its client in the
 // calling thread (ort-worker-session.ts). Plain data only, so they cross postMessage; big buffers
-// (K/V caches, hidden states, logits) travel in transfer lists, moved rather than copied.
+// (hidden states, logits) travel in transfer lists, moved rather than copied. The K/V caches stay
+// on the worker (kv-buffers.ts): messages name them by id.
 import { KiwiError, type KiwiErrorCode } from '../errors.js';
 import { tensorData, tensorOf } from '../ort/session.js';
 import type { ExecutionProvider, OrtTensor, SessionFactoryOptions, TensorData } from '../ort/session.js';
+import type { KvLayout, KvRun } from './kv-buffers.js';
 
 export interface WireTensor {
   data: TensorData;
@@ -14,9 +16,16 @@ export interface WireTensor {
 export type WireFetch = null | { feed: string } | { tensor: WireTensor };
 
 export type ToWorker =
-  | { type: 'create'; model: string | Uint8Array; opts: SessionFactoryOptions }
-  /** fetches undefined: every output of the graph, each in a new tensor. */
-  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: Record<string, WireFetch> | undefined; lent: string[] }
+  /** kv: the layout of the session's request caches, kept on the worker (none for a session without them). */
+  | { type: 'create'; model: string | Uint8Array; opts: SessionFactoryOptions; kv: KvLayout | undefined }
+  /** fetches undefined: every output of the graph, each in a new tensor. kv: the caches the run reads and appends to (runWithKv). */
+  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: Record<string, WireFetch> | undefined; kv: KvRun | undefined }
+  /** The session's request caches (KvHost): done in order with the runs, answered by nothing (a failure shows in the next run that uses the cache). */
+  | { type: 'kv-create'; id: number; allocated: number }
+  | { type: 'kv-copy'; from: number; to: number; length: number; allocated: number }
+  | { type: 'kv-free'; id: number }
+  /** Copies of a cache's first `length` positions, answered by kv-read (tests, diagnostics). */
+  | { type: 'kv-read'; id: number; cache: number; length: number }
   /** Releases the session; the thread stays for another create. */
   | { type: 'dispose' }
   /** Ends the thread by letting its event loop run empty. terminate() is kept for threads that do
@@ -34,10 +43,12 @@ export interface WireError {
 export type FromWorker =
   | { type: 'created'; provider: ExecutionProvider; skipped: string[]; inputNames: string[]; outputNames: string[] }
   | { type: 'create-failed'; error: WireError }
-  /** outputs: every fetch, bound ones with the moved buffers coming back; lent: the lent feeds' buffers. */
-  | { type: 'ran'; id: number; outputs: Record<string, WireTensor>; lent: Record<string, WireTensor> }
-  /** returned, lent: the bound fetches' and lent feeds' buffers, so the caller keeps its cache after a failed run. */
-  | { type: 'run-failed'; id: number; error: WireError; returned: Record<string, WireTensor>; lent: Record<string, WireTensor> }
+  /** outputs: every fetch, bound ones with the moved buffers coming back. */
+  | { type: 'ran'; id: number; outputs: Record<string, WireTensor> }
+  /** returned: the bound fetches' buffers, so the caller keeps them after a failed run. */
+  | { type: 'run-failed'; id: number; error: WireError; returned: Record<string, WireTensor> }
+  | { type: 'kv-read'; id: number; keys: Float32Array[]; values: Float32Array[] }
+  | { type: 'kv-read-failed'; id: number; error: WireError }
   | { type: 'disposed' };
 
 export function toWire(t: OrtTensor, what: string): WireTensor {

@@ -1,14 +1,17 @@
 // A StageSession whose onnxruntime session lives on a worker thread (ort-worker.ts), so a forward
 // pass (tens of ms per decode step, seconds per prefill) never blocks the event loop that carries
-// heartbeats, ring links and HTTP streams. Buffers bound as outputs (the K/V caches) move to the
-// worker and back without copies; a worker that dies fails its pending runs instead of hanging
-// them; an idle worker does not keep the process alive. Threads come from ort-worker-pool.ts.
+// heartbeats, ring links and HTTP streams. The session's K/V caches live on the worker (its KvHost:
+// kv-buffers.ts there, handles in kv-store.ts here); buffers bound as outputs move to the worker and
+// back without copies; a worker that dies fails its pending runs instead of hanging them; an idle
+// worker does not keep the process alive. Threads come from ort-worker-pool.ts.
 import type { Worker } from 'node:worker_threads';
 import { KiwiError } from '../errors.js';
 import type { OrtFeeds, OrtTensor, SessionFactoryOptions, StageSession } from '../ort/session.js';
 import { closeWorker, parkWorker, takeWorker } from './ort-worker-pool.js';
 import { errorFromWire, fromWire, toWire, transferables } from './ort-worker-protocol.js';
 import type { FromWorker, ToWorker, WireFetch, WireTensor } from './ort-worker-protocol.js';
+import type { KvLayout, KvRun } from './kv-buffers.js';
+import type { KvHost } from './kv-store.js';
 
 /** Whether stages run their session on a worker thread: yes unless KIWI_STAGE_WORKER=0. */
 export function stageWorkerEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
@@ -17,6 +20,8 @@ export function stageWorkerEnabled(env: NodeJS.ProcessEnv = process.env): boolea
 
 export interface WorkerStageSession extends StageSession {
   readonly skipped: string[];
+  /** The request caches kept on the worker (a session created with a KV layout). */
+  readonly kv: KvHost;
   /** The thread (for diagnostics and tests). */
   readonly worker: Worker;
 }
@@ -25,8 +30,6 @@ interface Pending {
   resolve: (outputs: Record<string, OrtTensor>) => void;
   reject: (err: KiwiError) => void;
   fetches: Record<string, OrtTensor | null> | undefined;
-  /** The caller's feeds: lent buffers come back into it. */
-  feeds: OrtFeeds;
 }
 
 /** A started worker thread without a session yet. */
@@ -34,8 +37,9 @@ export interface SessionWorker {
   /**
    * Creates the session on the worker (same options and provider fallback as createStageSession).
    * Model bytes are moved to the worker: the caller's array is detached. On failure the worker ends.
+   * `kv`: the layout of the request caches the worker keeps for the session's runs.
    */
-  create(model: string | Uint8Array, opts?: SessionFactoryOptions): Promise<WorkerStageSession>;
+  create(model: string | Uint8Array, opts?: SessionFactoryOptions, kv?: KvLayout): Promise<WorkerStageSession>;
   /** Gives the thread back (for a caller that no longer needs it before create). */
   dispose(): Promise<void>;
 }
@@ -47,9 +51,9 @@ export interface SessionWorker {
 export function startSessionWorker(): SessionWorker {
   const client = new WorkerClient(takeWorker());
   return {
-    create: async (model, opts = {}) => {
+    create: async (model, opts = {}, kv) => {
       try {
-        return await client.create(model, opts);
+        return await client.create(model, opts, kv);
       } catch (err) {
         await client.dispose();
         throw err;
@@ -67,6 +71,7 @@ export function createWorkerStageSession(model: string | Uint8Array, opts: Sessi
 class WorkerClient {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
+  private readonly reads = new Map<number, { resolve: (kv: { keys: Float32Array[]; values: Float32Array[] }) => void; reject: (err: KiwiError) => void }>();
   private created: { resolve: (m: Extract<FromWorker, { type: 'created' }>) => void; reject: (err: KiwiError) => void } | undefined;
   /** Called with true when the worker released the session, false when it ended instead. */
   private onDisposed: ((released: boolean) => void) | undefined;
@@ -92,23 +97,47 @@ class WorkerClient {
     worker.unref();
   }
 
-  create(model: string | Uint8Array, opts: SessionFactoryOptions): Promise<WorkerStageSession> {
+  create(model: string | Uint8Array, opts: SessionFactoryOptions, kv: KvLayout | undefined): Promise<WorkerStageSession> {
     return new Promise<Extract<FromWorker, { type: 'created' }>>((resolve, reject) => {
       this.created = { resolve, reject };
       this.busy();
-      this.post({ type: 'create', model, opts }, typeof model === 'string' ? [] : [model]);
+      this.post({ type: 'create', model, opts, kv }, typeof model === 'string' ? [] : [model]);
     }).then((c) => ({
       provider: c.provider,
       skipped: c.skipped,
       inputNames: c.inputNames,
       outputNames: c.outputNames,
       worker: this.worker,
-      run: (feeds: OrtFeeds, fetches?: Record<string, OrtTensor | null>, lend?: readonly string[]) => this.run(feeds, fetches, lend ?? []),
+      run: (feeds: OrtFeeds, fetches?: Record<string, OrtTensor | null>) => this.run(feeds, fetches, undefined),
+      kv: {
+        // Cache operations are not answered: the worker does them in order with the runs.
+        create: (id, allocated) => this.postIfAlive({ type: 'kv-create', id, allocated }),
+        copy: (from, to, length, allocated) => this.postIfAlive({ type: 'kv-copy', from, to, length, allocated }),
+        free: (id) => this.postIfAlive({ type: 'kv-free', id }),
+        read: (cache, length) => this.read(cache, length),
+        run: (feeds, fetches, run) => this.run(feeds, fetches, run),
+      },
       dispose: () => this.dispose(),
     }));
   }
 
-  private run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null> | undefined, lend: readonly string[]): Promise<Record<string, OrtTensor>> {
+  /** A cache operation for a live worker (one that died or is closing dropped its caches already). */
+  private postIfAlive(m: ToWorker): void {
+    if (this.dead === undefined && this.disposing === undefined) this.worker.postMessage(m);
+  }
+
+  private read(cache: number, length: number): Promise<{ keys: Float32Array[]; values: Float32Array[] }> {
+    if (this.dead !== undefined) return Promise.reject(this.dead);
+    if (this.disposing !== undefined) return Promise.reject(closed());
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.reads.set(id, { resolve, reject });
+      this.busy();
+      this.worker.postMessage({ type: 'kv-read', id, cache, length } satisfies ToWorker);
+    });
+  }
+
+  private run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null> | undefined, kv: KvRun | undefined): Promise<Record<string, OrtTensor>> {
     if (this.dead !== undefined) return Promise.reject(this.dead);
     if (this.disposing !== undefined) return Promise.reject(closed());
     const feedName = new Map<OrtTensor, string>();
@@ -126,10 +155,8 @@ class WorkerClient {
         moved.add(t);
       }
     }
-    // Buffers bound as outputs and lent feeds move (the caller takes them back from `fetches` and
-    // `feeds`); other feeds are copied, so the caller's own arrays (hidden states it may still
-    // hold) stay intact.
-    for (const name of lend) if (feeds[name] !== undefined) moved.add(feeds[name]);
+    // Buffers bound as outputs move (the caller takes them back from `fetches`); feeds are copied,
+    // so the caller's own arrays (hidden states it may still hold) stay intact.
     const wireFeeds: Record<string, WireTensor> = {};
     const moving: WireTensor[] = [];
     for (const [name, t] of Object.entries(feeds)) {
@@ -140,9 +167,9 @@ class WorkerClient {
     for (const f of Object.values(wireFetches ?? {})) if (f !== null && 'tensor' in f) moving.push(f.tensor);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, fetches, feeds });
+      this.pending.set(id, { resolve, reject, fetches });
       this.busy();
-      this.post({ type: 'run', id, feeds: wireFeeds, fetches: wireFetches, lent: [...lend] }, moving.map((w) => w.data));
+      this.post({ type: 'run', id, feeds: wireFeeds, fetches: wireFetches, kv }, moving.map((w) => w.data));
     });
   }
 
@@ -175,7 +202,6 @@ class WorkerClient {
         const back = m.type === 'ran' ? m.outputs : m.returned;
         // The moved buffers come back: hand them to the caller in its fetches record.
         if (p.fetches !== undefined) for (const name of Object.keys(p.fetches)) if (p.fetches[name] !== null && back[name] !== undefined) p.fetches[name] = fromWire(back[name]);
-        for (const [name, w] of Object.entries(m.lent)) p.feeds[name] = fromWire(w);
         if (m.type === 'ran') {
           const outputs: Record<string, OrtTensor> = {};
           for (const [name, w] of Object.entries(m.outputs)) outputs[name] = p.fetches?.[name] ?? fromWire(w);
@@ -183,6 +209,14 @@ class WorkerClient {
         } else {
           p.reject(errorFromWire(m.error, 'RUNTIME_RUN_FAILED', 'onnxruntime failed to run the stage'));
         }
+        break;
+      }
+      case 'kv-read':
+      case 'kv-read-failed': {
+        const r = this.reads.get(m.id);
+        this.reads.delete(m.id);
+        if (m.type === 'kv-read') r?.resolve({ keys: m.keys, values: m.values });
+        else r?.reject(errorFromWire(m.error, 'RUNTIME_RUN_FAILED', 'a KV cache could not be read'));
         break;
       }
       case 'disposed':
@@ -198,7 +232,7 @@ class WorkerClient {
   }
 
   private idleCheck(): void {
-    if (this.pending.size === 0 && this.created === undefined) this.worker.unref();
+    if (this.pending.size === 0 && this.reads.size === 0 && this.created === undefined) this.worker.unref();
   }
 
   private die(err: KiwiError): void {
@@ -207,6 +241,8 @@ class WorkerClient {
     this.created = undefined;
     for (const p of this.pending.values()) p.reject(this.dead);
     this.pending.clear();
+    for (const r of this.reads.values()) r.reject(this.dead);
+    this.reads.clear();
     this.idleCheck();
   }
 

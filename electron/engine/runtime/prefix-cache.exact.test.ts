@@ -14,7 +14,7 @@ import { testModelPath } from '../model/test-models.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import { BatchGenerator } from './generation.js';
 import { KvBlockPool } from './kv-pool.js';
-import { copyPrefix } from './prefix-cache-kv.js';
+import { copyPrefix } from './kv-store.js';
 import { DEFAULT_SAMPLING, Sampler } from './sampling.js';
 import { buildStageChain, type StageChain } from './stage-chain.js';
 
@@ -56,7 +56,7 @@ describe('a prompt prefilled on a cached prefix', () => {
       for (const length of [2, 37, 64, 100, 120, prompt.length - 2]) {
         const from = length <= 120 ? earlier : chain.newCaches(CONTEXT);
         if (length > 120) await chain.step([{ tokens: prompt.slice(0, length + 1), caches: from }]);
-        const seeded = from.map((c) => copyPrefix(c, length, CONTEXT, chain.stages[0]!.shape.kvHeads));
+        const seeded = from.map((c) => copyPrefix(c, length, CONTEXT));
         const logits = (await chain.step([{ tokens: prompt.slice(length), caches: seeded }]))[0]!;
         expect({ length, logits: Array.from(logits) }).toEqual({ length, logits: Array.from(whole) });
       }

@@ -4,7 +4,7 @@ import { describe, expect, test } from 'vitest';
 import { KvBlockPool } from './kv-pool.js';
 import { PrefixCache } from './prefix-cache.js';
 import { PrefixKvStore } from './prefix-cache-kv.js';
-import type { KvCache } from './stage.js';
+import { freeCache, KvStore, localKvHost } from './kv-store.js';
 
 const seq = (from: number, n: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
@@ -104,7 +104,8 @@ describe('the prompt cache in planned memory', () => {
     const pool = new KvBlockPool(64, 16, layers * kvBytesPerTokenPerLayer);
     const kvHeads = 2;
     const memberLayers = 3;
-    const store = new PrefixKvStore(kvHeads);
+    const store = new PrefixKvStore();
+    const kv = new KvStore(localKvHost({ layers: memberLayers, kvHeads, headDim: 8 }));
     const cache = new PrefixCache(pool, bound, (ids) => store.drop(ids));
     const held = new Map<number, number>();
     const heldBytes = (): number => [...held].reduce((a, [id, bytes]) => a + (store.has(id) ? bytes : 0), 0);
@@ -114,8 +115,10 @@ describe('the prompt cache in planned memory', () => {
       const entry = cache.store(prompt);
       if (entry === undefined) continue;
       // The member's part: its layers' K and V of the prompt's positions, as the ring's `keep` copies them.
-      const c = cacheWith(memberLayers, kvHeads, prompt.length);
+      const c = kv.empty(prompt.length, prompt.length);
+      c.length = prompt.length;
       store.keep(entry, [c], prompt.length);
+      freeCache(c);
       held.set(entry, memberLayers * prompt.length * kvBytesPerTokenPerLayer);
       worst = Math.max(worst, heldBytes());
     }
@@ -123,12 +126,7 @@ describe('the prompt cache in planned memory', () => {
     expect(worst).toBeGreaterThan(0);
     // Its layers' share of the bound, what the planner admits per block (pipeline/member-budget.ts promptCacheSizes).
     expect(worst).toBeLessThanOrEqual((memberLayers * bound) / layers);
+    // Every copy the store dropped was freed: the caches still held are its entries.
+    expect(kv.size).toBe(store.size);
   });
 });
-
-/** A cache of `length` positions over `layers` layers whose arrays hold exactly those positions. */
-function cacheWith(layers: number, kvHeads: number, length: number): KvCache {
-  const headDim = 8;
-  const arrays = (): Float32Array[] => Array.from({ length: layers }, () => new Float32Array(kvHeads * length * headDim));
-  return { length, capacity: length, allocated: length, keys: arrays(), values: arrays() };
-}

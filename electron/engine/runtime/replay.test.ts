@@ -18,7 +18,6 @@ import { testModelPath } from '../model/test-models.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import { batchedReplay, type ReplayMode } from './replay.js';
 import { replayKernelsExact } from './replay-exactness.js';
-import { attentionHeadDim } from './stage-graph.js';
 import { buildStageChain, type RequestCaches, type StageChain } from './stage-chain.js';
 
 let dir: string;
@@ -49,14 +48,13 @@ const argmax = (x: Float32Array): number => x.reduce((best, v, i) => (v > x[best
 const prompt = Array.from({ length: 40 }, (_, i) => 1 + ((i * 37) % 500));
 
 /** Every stage's filled K/V positions, as one list of arrays per stage and layer. */
-function filled(caches: RequestCaches, kvHeads: number, headDim: number): Float32Array[] {
-  return caches.flatMap((c) =>
-    [...c.keys, ...c.values].map((buf) => {
-      const out = new Float32Array(kvHeads * c.length * headDim);
-      for (let h = 0; h < kvHeads; h++) out.set(buf.subarray(h * c.allocated * headDim, (h * c.allocated + c.length) * headDim), h * c.length * headDim);
-      return out;
-    }),
-  );
+async function filled(caches: RequestCaches): Promise<Float32Array[]> {
+  const out: Float32Array[] = [];
+  for (const c of caches) {
+    const { keys, values } = await c.store.read(c);
+    out.push(...keys, ...values);
+  }
+  return out;
 }
 
 /** Prompt prefill, then `tokens` one decode step each, or one replay row; then one decode step: caches and its logits. */
@@ -66,8 +64,7 @@ async function rebuild(chain: StageChain, tokens: number[], replay: boolean): Pr
   if (replay) await chain.step([{ tokens, caches }], { replay: true });
   else for (const t of tokens) await chain.step([{ tokens: [t], caches }]);
   const logits = Float32Array.from((await chain.step([{ tokens: [3], caches }]))[0]!);
-  const shape = chain.stages[0]!.shape;
-  return { kv: filled(caches, shape.kvHeads, attentionHeadDim(shape)), logits };
+  return { kv: await filled(caches), logits };
 }
 
 /** The tokens a greedy run generates after the prompt (decode steps), so the replay feeds real text. */

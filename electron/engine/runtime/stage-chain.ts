@@ -1,7 +1,8 @@
 // A chain of stages run in one process (the ring without the network): token ids enter the
 // first stage, hidden states flow stage to stage, the head returns logits.
 import { Stage } from './stage.js';
-import type { KvCache, StageInput, StageOptions } from './stage.js';
+import type { StageInput, StageOptions } from './stage.js';
+import type { KvCache } from './kv-store.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import type { DecoderShape } from './stage-graph.js';
 import { validateSplit } from './layer-range.js';

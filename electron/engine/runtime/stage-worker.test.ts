@@ -15,7 +15,8 @@ import { synthesizeModel } from '../model/synth/synth.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ModelShape } from './decoder-shape.js';
 import { Stage } from './stage.js';
-import type { KvCache, StageOutput } from './stage.js';
+import type { StageOutput } from './stage.js';
+import type { KvCache } from './kv-store.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -120,7 +121,8 @@ describe('stage on a worker thread', () => {
       await expect(stage.forward({ kind: 'ids', ids: ids([4]), batch: 1, seq: 1 }, [cache])).rejects.toThrow(/in use by another forward pass/);
       await first;
       expect(cache.length).toBe(3);
-      expect(cache.keys.every((k) => k.length === cache.keys[0]!.length && k.length > 0)).toBe(true);
+      const held = await cache.store.read(cache);
+      expect(held.keys.every((k) => k.length === held.keys[0]!.length && k.length > 0)).toBe(true);
       await stage.forward({ kind: 'ids', ids: ids([4]), batch: 1, seq: 1 }, [cache]);
       expect(cache.length).toBe(4);
     } finally {

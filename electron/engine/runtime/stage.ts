@@ -2,8 +2,8 @@
 // of the first stage) and its forward pass for prefill (one request, many tokens) and decode
 // (many requests, one token each). The KV cache of each request lives in a KvCache owned by the
 // caller; forward() appends to it. Stage.open builds the graph or takes it from the shard cache.
-// The onnxruntime session runs on a worker thread by default (ort-worker-session.ts): the K/V
-// buffers move there for each run and come back, so a cache's arrays are replaced by every forward.
+// The onnxruntime session runs on a worker thread by default (ort-worker-session.ts), and the K/V
+// buffers live there too (kv-buffers.ts): this thread holds handles (kv-store.ts).
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
@@ -11,6 +11,9 @@ import { KiwiError } from '../errors.js';
 import { availableProviders, createStageSession, defaultThreads, f32Tensor, i32Tensor, tensorF32, tensorOf } from '../ort/session.js';
 import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from '../ort/session.js';
 import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js';
+import { freeCache, KvStore, localKvHost } from './kv-store.js';
+import type { KvCache, KvHost } from './kv-store.js';
+import type { KvLayout, KvRun } from './kv-buffers.js';
 import { IO, attentionHeadDim, buildStageGraph, stageGraphBuilder } from './stage-graph.js';
 import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
 import { encodeModel } from '../ort/onnx-graph.js';
@@ -25,39 +28,10 @@ import type { ShardCache, ShardSource } from './shard-cache.js';
 import type { WeightLayout } from './weights/convert.js';
 
 /**
- * One request's cache for one stage: per layer K and V, each [kvHeads, allocated, headDim] f32,
- * of which positions [0, length) are filled. `capacity` is the request's reserved size; the
- * buffers start smaller and grow (in steps, at most to capacity) as positions are added, so that
- * a request holds the memory of what it used. A run reads the buffers in place as GroupQueryAttention's
- * past and returns only the positions it added, which the stage writes in (stage-graph.ts IO.newKey).
- */
-export interface KvCache {
-  length: number;
-  capacity: number;
-  /** Positions the buffers hold now: length <= allocated <= capacity. */
-  allocated: number;
-  /** Replaced (not written in place) by each forward: hold the cache, not its arrays. */
-  keys: Float32Array[];
-  values: Float32Array[];
-}
-
-/**
- * Drops a cache's positions from `length` on (speculative decoding's rejected drafts). Exact: a
- * forward pass attends to positions [0, length) only and writes new ones from `length`.
- */
-export function rollbackCache(c: KvCache, length: number): void {
-  if (!Number.isInteger(length) || length < 0 || length > c.length) throw new Error(`rollback of a cache of ${c.length} positions to ${length}`);
-  c.length = length;
-}
-
-/**
  * A one-pass replay's rows per run hold at most about this much attention scratch (Stage.replayChunks):
  * a bound on the transient memory of a recovery (more chunks cost one more read of the weights each).
  */
 const REPLAY_CHUNK_BYTES = 128 * 2 ** 20;
-
-/** Buffers grow in multiples of this many positions. */
-const KV_GROWTH_POSITIONS = 256;
 
 export interface StageOptions extends Partial<StageGraphOptions> {
   provider?: ExecutionProvider;
@@ -105,7 +79,17 @@ export class Stage {
     private readonly session: StageSession,
     private readonly embedding: EmbeddingTable | undefined,
     readonly origin: StageOrigin,
-  ) {}
+    /** The request caches: handles here, buffers where the session runs. */
+    private readonly kv: KvStore,
+  ) {
+    this.kvNames = Array.from({ length: plan.end - plan.start }, (_, i) => {
+      const L = plan.start + i;
+      return { pastKey: IO.pastKey(L), pastValue: IO.pastValue(L), newKey: IO.newKey(L), newValue: IO.newValue(L) };
+    });
+  }
+
+  /** The graph's K/V inputs and outputs per layer. */
+  private readonly kvNames: KvRun['names'];
 
   get provider(): ExecutionProvider {
     return this.session.provider;
@@ -138,11 +122,22 @@ export class Stage {
     // the load peak of a 1B Q4_0 built in the process was 1.37x the packed size, 1.13x with it).
     collectGarbage();
     const t1 = performance.now();
-    const session = worker !== undefined ? await worker.create(model, sessionOpts) : await createStageSession(model, sessionOpts);
-    const stage = new Stage(plan, shape, session, embedding, { source, buildMs, sessionMs: 0 });
+    const kvLayout: KvLayout = { layers: plan.end - plan.start, kvHeads: shape.kvHeads, headDim: attentionHeadDim(shape) };
+    let session: StageSession;
+    let host: KvHost;
+    if (worker !== undefined) {
+      const s = await worker.create(model, sessionOpts, kvLayout);
+      [session, host] = [s, s.kv];
+    } else {
+      session = await createStageSession(model, sessionOpts);
+      host = localKvHost(kvLayout, session);
+    }
+    const stage = new Stage(plan, shape, session, embedding, { source, buildMs, sessionMs: 0 }, new KvStore(host));
     try {
       // onnxruntime initializes kernels lazily on the first run: pay that here, not in the first request.
-      await stage.run(new Float32Array(shape.hidden), [stage.emptyCache(1)], 1, 1);
+      const warm = stage.emptyCache(1);
+      await stage.run(new Float32Array(shape.hidden), [warm], 1, 1);
+      freeCache(warm);
     } catch (err) {
       await session.dispose();
       throw err;
@@ -176,41 +171,14 @@ export class Stage {
     return (this.plan.end - this.plan.start) * 2 * this.shape.kvHeads * attentionHeadDim(this.shape) * 4;
   }
 
-  /** A cache for up to `capacity` positions (at most the stage's maxPositions); its buffers grow on use. */
-  emptyCache(capacity: number = this.shape.maxPositions): KvCache {
+  /**
+   * A cache for up to `capacity` positions (at most the stage's maxPositions); its buffers grow on
+   * use from `allocated` positions (default one growth step). Free it (kv-store.ts freeCache) when
+   * its request ends.
+   */
+  emptyCache(capacity: number = this.shape.maxPositions, allocated?: number): KvCache {
     const cap = Math.min(capacity, this.shape.maxPositions);
-    const n = this.plan.end - this.plan.start;
-    const allocated = Math.min(cap, KV_GROWTH_POSITIONS);
-    const size = this.shape.kvHeads * allocated * attentionHeadDim(this.shape);
-    return {
-      length: 0,
-      capacity: cap,
-      allocated,
-      keys: Array.from({ length: n }, () => new Float32Array(size)),
-      values: Array.from({ length: n }, () => new Float32Array(size)),
-    };
-  }
-
-  /** Grows `c`'s buffers to hold at least `positions` (<= capacity), keeping the filled positions. */
-  private ensureAllocated(c: KvCache, positions: number): void {
-    if (positions <= c.allocated) return;
-    const headDim = attentionHeadDim(this.shape);
-    const { kvHeads } = this.shape;
-    // Small steps keep each run's copy close to the filled length; the step widens with the cache
-    // (1/8 of it) so the growth copies themselves stay a small share.
-    const want = Math.max(positions, c.allocated + Math.floor(c.allocated / 8));
-    const grown = Math.min(c.capacity, Math.ceil(want / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS);
-    const move = (old: Float32Array): Float32Array => {
-      const out = new Float32Array(kvHeads * grown * headDim); // [kvHeads, grown, headDim]
-      for (let h = 0; h < kvHeads; h++) {
-        const from = h * c.allocated * headDim;
-        out.set(old.subarray(from, from + c.length * headDim), h * grown * headDim);
-      }
-      return out;
-    };
-    c.keys = c.keys.map(move);
-    c.values = c.values.map(move);
-    c.allocated = grown;
+    return this.kv.empty(cap, allocated);
   }
 
   /**
@@ -277,13 +245,8 @@ export class Stage {
 
   /** The session run: x [batch, seq, hidden] f32 after the embedding. */
   private async run(x: Float32Array, caches: KvCache[], batch: number, seq: number, hiddenNorm = false, logitsTail = 1, replay = false): Promise<StageOutput> {
-    const { kvHeads, hidden } = this.shape;
-    const headDim = attentionHeadDim(this.shape); // the cache holds padded heads
     for (const c of caches) {
-      const size = kvHeads * c.allocated * headDim;
-      if (c.keys.some((k) => k.length !== size) || c.values.some((v) => v.length !== size)) {
-        throw new Error('forward: a KV cache is in use by another forward pass (or was lost with its stage)');
-      }
+      this.kv.check(c);
       if (c.length + seq > c.capacity) {
         throw new KiwiError('CONTEXT_EXCEEDED', `the request needs ${c.length + seq} positions but its KV cache holds ${c.capacity}`, {
           positions: c.length + seq,
@@ -292,14 +255,8 @@ export class Stage {
       }
     }
     const total = Math.max(...caches.map((c) => c.length)) + seq;
-    for (const c of caches) this.ensureAllocated(c, c.length + seq);
-    // One request uses its own buffers; a batch is packed into [batch, kvHeads, total, headDim]
-    // (the packed buffers are rebuilt every step, so they need only the positions in use).
-    const single = caches.length === 1;
-    const cap = single ? caches[0]!.allocated : total;
-
     const feeds: OrtFeeds = {};
-    feeds[IO.hiddenIn] = f32Tensor(x, [batch, seq, hidden]);
+    feeds[IO.hiddenIn] = f32Tensor(x, [batch, seq, this.shape.hidden]);
     // seqlens_k[b] = total length of row b - 1: GQA writes row b's new K/V at its own position.
     feeds[IO.seqlensK] = i32Tensor(Int32Array.from(caches, (c) => c.length + seq - 1), [batch]);
     feeds[IO.totalSeqLen] = i32Tensor(Int32Array.of(total), []);
@@ -308,51 +265,16 @@ export class Stage {
     const outputName = this.plan.head ? IO.logits : IO.hiddenOut;
     const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
     if (hiddenNorm) fetches[IO.hiddenNorm] = null;
-    const layers = this.plan.end - this.plan.start;
-    const lent: string[] = [];
-    for (let i = 0; i < layers; i++) {
-      const L = this.plan.start + i;
-      const k = single ? caches[0]!.keys[i]! : packRows(caches, (c) => c.keys[i]!, cap, kvHeads, headDim);
-      const v = single ? caches[0]!.values[i]! : packRows(caches, (c) => c.values[i]!, cap, kvHeads, headDim);
-      feeds[IO.pastKey(L)] = f32Tensor(k, [batch, kvHeads, cap, headDim]);
-      feeds[IO.pastValue(L)] = f32Tensor(v, [batch, kvHeads, cap, headDim]);
-      fetches[IO.newKey(L)] = null;
-      fetches[IO.newValue(L)] = null;
-      lent.push(IO.pastKey(L), IO.pastValue(L));
-    }
-
-    let out: Record<string, OrtTensor>;
-    try {
-      // The caches are read in place (lent, not copied, to a worker session's thread).
-      out = await this.session.run(feeds, fetches, lent);
-    } finally {
-      // A worker session moved the K/V buffers to its thread and back: use the returned arrays.
-      if (single) {
-        for (let i = 0; i < layers; i++) {
-          const L = this.plan.start + i;
-          caches[0]!.keys[i] = tensorF32(feeds[IO.pastKey(L)], IO.pastKey(L));
-          caches[0]!.values[i] = tensorF32(feeds[IO.pastValue(L)], IO.pastValue(L));
-        }
-      }
-    }
-    // Each row's new positions into its own cache.
-    for (let i = 0; i < layers; i++) {
-      const L = this.plan.start + i;
-      const k = tensorF32(out[IO.newKey(L)], IO.newKey(L));
-      const v = tensorF32(out[IO.newValue(L)], IO.newValue(L));
-      caches.forEach((c, b) => {
-        writeNew(k, c.keys[i]!, b, c, seq, kvHeads, headDim);
-        writeNew(v, c.values[i]!, b, c, seq, kvHeads, headDim);
-      });
-    }
-    for (const c of caches) c.length += seq;
+    // The caches are read in place where they live (the session's thread) and take the new positions there.
+    const out = await this.kv.run(feeds, fetches, caches, seq, this.kvNames);
     const result = tensorF32(out[outputName], outputName);
     if (!this.plan.head) return { kind: 'hidden', hidden: result };
     return hiddenNorm ? { kind: 'logits', logits: result, hiddenNorm: tensorF32(out[IO.hiddenNorm], IO.hiddenNorm) } : { kind: 'logits', logits: result };
   }
 
-  dispose(): Promise<void> {
-    return this.session.dispose();
+  async dispose(): Promise<void> {
+    await this.session.dispose();
+    this.kv.close();
   }
 }
 
@@ -460,25 +382,4 @@ function collectGarbage(): void {
     gc = vm.runInNewContext('gc') as () => void;
   }
   gc();
-}
-
-/** [batch, kvHeads, cap, headDim] holding each row's filled positions. */
-function packRows(caches: KvCache[], pick: (c: KvCache) => Float32Array, cap: number, kvHeads: number, headDim: number): Float32Array {
-  const out = new Float32Array(caches.length * kvHeads * cap * headDim);
-  caches.forEach((c, b) => {
-    const src = pick(c);
-    for (let h = 0; h < kvHeads; h++) {
-      const from = h * c.allocated * headDim;
-      out.set(src.subarray(from, from + c.length * headDim), (b * kvHeads + h) * cap * headDim);
-    }
-  });
-  return out;
-}
-
-/** Writes row b's new positions ([batch, kvHeads, seq, headDim]) at [length, length + seq) of its cache. */
-function writeNew(fresh: Float32Array, dst: Float32Array, b: number, c: KvCache, seq: number, kvHeads: number, headDim: number): void {
-  for (let h = 0; h < kvHeads; h++) {
-    const from = (b * kvHeads + h) * seq * headDim;
-    dst.set(fresh.subarray(from, from + seq * headDim), (h * c.allocated + c.length) * headDim);
-  }
 }
