@@ -11,8 +11,9 @@
 // join is: steps in flight finish, held requests carry on bit for bit). The planner re-plans only
 // when its plan changes, and a drift re-plan keeps the division served while its bottleneck
 // stays within the drift threshold of the best (moveMargin); once it has, the host emits
-// `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's own stage is measured but not judged (its time
-// mixes the embedding and the head, which the plan prices separately).
+// `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's own
+// stage is measured but not judged (its time mixes the embedding and the head, which the plan
+// prices separately).
 // Steps are judged at the start of a request, where the plan prices them: each stage's time less
 // what its request's cached positions add (the plan's position_ms, from the block probe, times the
 // step's position; attention over a 4,000-token cache more than doubles a 1B step), so a long

@@ -9,7 +9,7 @@
 // CPU's last-level cache between runs (1B Q4_0 here: [0, 1) to [0, 2) added 2.3 ms, each later
 // block 3.1-3.5 ms), and a planned stage holds many. The long stage also runs paired steps over a
 // cache of PROBE_FAR_POSITIONS positions: what a block adds per cached position (attention reads
-// the cache and GroupQueryAttention copies it into its present: 1B Q4_0 here, about 1 µs a
+// the cache and GroupQueryAttention copies it into its present: 1B Q4_0 here, about 0.7 µs a
 // position a block, so a 4,000-token request's step costs over twice a fresh one's). The planner's
 // best input (issue 4; planner/cost-model.ts prices a stage as step + n x block + head). Knows
 // nothing of the device bench: the command composes the two.

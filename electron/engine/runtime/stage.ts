@@ -1,7 +1,7 @@
 // A running pipeline stage: the ONNX session of layers [start, end) (plus the embedding lookup
 // of the first stage) and its forward pass for prefill (one request, many tokens) and decode
-// (many requests, one token each). The KV cache of each request lives in a KvCache owned by the
-// caller; forward() appends to it. Stage.open builds the graph or takes it from the shard cache.
+// (many requests, one token each). The caller holds each request's KV cache (a KvCache handle,
+// kv-store.ts) and frees it when the request ends; forward() appends to it. Stage.open builds the graph or takes it from the shard cache.
 // The onnxruntime session runs on a worker thread by default (ort-worker-session.ts), and the K/V
 // buffers live there too (kv-buffers.ts): this thread holds handles (kv-store.ts).
 import v8 from 'node:v8';
