@@ -19,7 +19,10 @@
 // Model: $KIWI_MODEL, else a `kiwi synth` Llama-family model (8 layers, width 512, Q8_0) written
 // to a temporary directory. Threads per process: $KIWI_BENCH_THREADS (default 1, so three ring
 // processes do not fight over a small machine's cores more than one process does).
-// Knobs: KIWI_BENCH_TOKENS (64), KIWI_BENCH_DELAYS (1,10,40), KIWI_BENCH_LOOPBACK (f32,f16,int8,int8+zstd; 0: none).
+// One process and the first loopback ring run side by side: both stay up and their streams
+// alternate for KIWI_BENCH_ROUNDS rounds (medians, with each round's figures in the JSON), since
+// this machine's speed drifts by a third over minutes and one stream each would compare two moments.
+// Knobs: KIWI_BENCH_TOKENS (64), KIWI_BENCH_ROUNDS (5), KIWI_BENCH_DELAYS (1,10,40), KIWI_BENCH_LOOPBACK (f32,f16,int8,int8+zstd; 0: none).
 // Run: npx tsx bench/ring.ts   Prints a table and writes bench/results/ring.json.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -42,6 +45,7 @@ import { dialDirect, listenDirect, type WsLink } from '../electron/engine/transp
 import { processSet, runProxiedMember, sseStream, type MemberConfig, type Spawned, type Stream } from './ring-processes.js';
 
 const TOKENS = Number(process.env.KIWI_BENCH_TOKENS ?? 64);
+const ROUNDS = Math.max(1, Number(process.env.KIWI_BENCH_ROUNDS ?? 5));
 const THREADS = process.env.KIWI_BENCH_THREADS ?? '1';
 const DELAYS_MS = (process.env.KIWI_BENCH_DELAYS ?? '1,10,40').split(',').filter((d) => d !== '').map(Number);
 /** The loopback rows' wires (default f32,f16,int8,int8+zstd); KIWI_BENCH_LOOPBACK=0 skips them. */
@@ -92,6 +96,8 @@ async function main(): Promise<void> {
     /** A ring: each stage's predicted ms against the host's measured mean over the timed stream. */
     stages?: Array<{ range: string; head: boolean; predictedMs: number; measuredMs: number | null }>;
     aggregate4TokensPerS: number;
+    /** The side-by-side rows: each round's one-stream tok/s and four-stream aggregate (the row holds their medians). */
+    rounds?: Array<{ tokensPerS: number; aggregate4TokensPerS: number }>;
   }
   type Measured = Omit<Row, 'delayMs' | 'wire' | 'predictedMsPerToken' | 'predictedNoHopMsPerToken'> & { warmStatus?: Record<string, unknown>; timedStatus?: Record<string, unknown> };
   /** With a ring's host: its status after the warm-up stream (the hop figure) and after the timed one (stage times). */
@@ -214,18 +220,41 @@ async function main(): Promise<void> {
     return { predictedMsPerToken: predict(plannerNames, rtts, hop ?? undefined), predictedNoHopMsPerToken: predict(plannerNames, rtts), hopMs: hop, stages };
   };
   const strip = ({ warmStatus: _w, timedStatus: _t, ...row }: Measured): Omit<Measured, 'warmStatus' | 'timedStatus'> => row;
+  /** Rounds of one case into one: medians of the streams' figures, the middle round's statuses (its stage times), each round kept. */
+  const combine = (ms: Measured[]): Measured & Pick<Row, 'rounds'> => {
+    const byRate = [...ms].sort((a, b) => a.tokensPerS - b.tokensPerS);
+    const mid = byRate[(byRate.length - 1) >> 1]!;
+    const aggregate = [...ms].map((m) => m.aggregate4TokensPerS).sort((a, b) => a - b)[(ms.length - 1) >> 1]!;
+    return { ...mid, aggregate4TokensPerS: aggregate, rounds: ms.map((m) => ({ tokensPerS: m.tokensPerS, aggregate4TokensPerS: m.aggregate4TokensPerS })) };
+  };
 
   const rows: Row[] = [];
   const t0 = performance.now();
   try {
+    const loopback = LOOPBACK_WIRES.map((w) => ({ label: `ring 3 stages, ${w}`, encoding: w.replace('+zstd', '') as ActivationEncoding, zstd: w.endsWith('+zstd') }));
     {
+      // Side by side: one process and the first loopback ring, both up, streams alternating by round.
       const serve = kiwi(['serve', '--model', model, '--port', '0', '--threads', THREADS]);
-      const m = await measure('one process (kiwi serve)', (await serve.event('serving')).url as string);
-      rows.push({ ...strip(m), delayMs: null, wire: '-', predictedMsPerToken: predict(['host'], []), predictedNoHopMsPerToken: predict(['host'], []) });
+      const serveUrl = (await serve.event('serving')).url as string;
+      const first = loopback[0];
+      const ring = first !== undefined ? await startRing(wireArgs(first), null) : undefined;
+      const alone: Measured[] = [];
+      const ringed: Measured[] = [];
+      for (let r = 0; r < ROUNDS; r++) {
+        const order = r % 2 === 0 ? (['alone', 'ring'] as const) : (['ring', 'alone'] as const);
+        for (const which of order) {
+          if (which === 'alone') alone.push(await measure('one process (kiwi serve)', serveUrl));
+          else if (ring !== undefined) ringed.push(await measure(first!.label, ring.url, ring.host));
+        }
+      }
+      rows.push({ ...strip(combine(alone)), delayMs: null, wire: '-', predictedMsPerToken: predict(['host'], []), predictedNoHopMsPerToken: predict(['host'], []) });
+      if (ring !== undefined) {
+        const m = combine(ringed);
+        rows.push({ ...strip(m), delayMs: null, wire: wireName(first!), ...predictFor(ring, m) });
+      }
       await stopAll();
     }
-    const loopback = LOOPBACK_WIRES.map((w) => ({ label: `ring 3 stages, ${w}`, encoding: w.replace('+zstd', '') as ActivationEncoding, zstd: w.endsWith('+zstd') }));
-    for (const c of loopback) {
+    for (const c of loopback.slice(1)) {
       const ring = await startRing(wireArgs(c), null);
       const m = await measure(c.label, ring.url, ring.host);
       rows.push({ ...strip(m), delayMs: null, wire: wireName(c), ...predictFor(ring, m) });
@@ -282,12 +311,14 @@ async function main(): Promise<void> {
   const load = loadavg().map((l) => l.toFixed(2)).join(' ');
   const base = rows[0]!;
   console.log(`model ${modelId} (hidden ${hidden}), ${TOKENS} tokens per stream, ${THREADS} thread(s) per process, loopback; block ${block.blockMs.toFixed(3)} ms; load average at the end ${load}; ${wallS.toFixed(0)} s`);
+  console.log(`The first two rows ran side by side, alternating, ${ROUNDS} rounds: medians (each round's tok/s in brackets below them).`);
   // x1proc: tok/s of one stream over one process's; 4 vs 1: four streams' aggregate over this row's one stream.
   console.log('case                                            TTFT ms   tok/s  x1proc  ms/tok  predicted  ratio  no hop  hop ms  4 streams tok/s  4 vs 1');
   const f1 = (x: number | null | undefined): string => (x == null ? '-' : x.toFixed(1));
   for (const r of rows) {
     const ratio = r.predictedMsPerToken !== null ? `${(r.predictedMsPerToken / r.msPerToken).toFixed(2)}x` : '-';
     console.log(`${r.case.padEnd(46)} ${r.ttftMs.toFixed(1).padStart(8)} ${r.tokensPerS.toFixed(1).padStart(7)} ${(r.tokensPerS / base.tokensPerS).toFixed(2).padStart(7)} ${r.msPerToken.toFixed(1).padStart(7)} ${f1(r.predictedMsPerToken).padStart(10)} ${ratio.padStart(6)} ${f1(r.predictedNoHopMsPerToken).padStart(7)} ${(r.hopMs == null ? '-' : r.hopMs.toFixed(2)).padStart(7)} ${r.aggregate4TokensPerS.toFixed(1).padStart(16)} ${(r.aggregate4TokensPerS / r.tokensPerS).toFixed(2).padStart(7)}`);
+    if (r.rounds !== undefined) console.log(`    rounds: one stream [${r.rounds.map((x) => x.tokensPerS.toFixed(1)).join(', ')}] tok/s, four streams [${r.rounds.map((x) => x.aggregate4TokensPerS.toFixed(1)).join(', ')}]`);
     if (r.stages !== undefined) console.log(`    stages predicted / measured ms: ${r.stages.map((s) => `[${s.range})${s.head ? '+head' : ''} ${s.predictedMs.toFixed(2)} / ${f1(s.measuredMs)}${s.measuredMs !== null ? ` (${(s.predictedMs / s.measuredMs).toFixed(2)}x)` : ''}`).join(', ')}`);
     if (r.hostChoices !== undefined) console.log(`    auto, as the host chose per link (kind + RTT): ${r.hostChoices.map((c) => `${c.stage} sends ${c.wire}`).join(', ')}`);
     for (const l of r.probeChoices ?? []) {
@@ -304,7 +335,7 @@ async function main(): Promise<void> {
   for (const f of frames) console.log(`${f.encoding.padEnd(24)} ${String(f.decodeBytes).padStart(12)} ${String(f.prefillBytes).padStart(18)}`);
   const out = join(import.meta.dirname, 'results');
   await mkdir(out, { recursive: true });
-  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? SHAPE, tokens: TOKENS, threads: THREADS, blockMs: block.blockMs, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
+  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? SHAPE, tokens: TOKENS, rounds: ROUNDS, threads: THREADS, blockMs: block.blockMs, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
   await rm(dir, { recursive: true, force: true });
 }
 
