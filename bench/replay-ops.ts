@@ -12,7 +12,7 @@ const rnd = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7ffffff
 const f32 = (n: number) => Float32Array.from({ length: n }, rnd);
 async function sess(g: GraphBuilder, threads: number) {
   const s = await createStageSession(encodeModel(g).model, { provider: 'cpu', threads });
-  return { run: async (feeds: Record<string, OrtTensor>, fetches?: Record<string, OrtTensor | null>) => Object.fromEntries(Object.entries(await s.run(feeds, fetches)).map(([k, v]) => [k, { data: tensorF32(v, k) }])) };
+  return { run: async (feeds: Record<string, OrtTensor>, fetches?: readonly string[]) => Object.fromEntries(Object.entries(await s.run(feeds, fetches)).map(([k, v]) => [k, { data: tensorF32(v, k) }])) };
 }
 const same = (a: Float32Array, b: Float32Array) => { let d = 0, c = 0; for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) { c++; d = Math.max(d, Math.abs(a[i]! - b[i]!)); } return c === 0 ? 'identical' : `${c}/${a.length} differ, max ${d.toExponential(2)}`; };
 async function matmulNBits(bits: 4 | 8, acc: 0 | 4, threads: number, n: number) {
@@ -47,7 +47,10 @@ async function gqa(threads: number, n: number, past: number) {
   const i32 = (v: number) => i32Tensor(Int32Array.of(v), [1]);
   const run = async (K: Float32Array, V: Float32Array, len: number, from: number, m: number) => {
     const kt = t(K, [1, KV, cap, D]), vt = t(V, [1, KV, cap, D]);
-    const r = await s.run({ q: t(Q.slice(from * H * D, (from + m) * H * D), [1, m, H * D]), k: t(Kx.slice(from * KV * D, (from + m) * KV * D), [1, m, KV * D]), v: t(Vx.slice(from * KV * D, (from + m) * KV * D), [1, m, KV * D]), pk: kt, pv: vt, sl: i32(len + m - 1), tot: i32Tensor(Int32Array.of(len + m), []) }, { a: null, ok: kt, ov: vt });
+    const r = await s.run({ q: t(Q.slice(from * H * D, (from + m) * H * D), [1, m, H * D]), k: t(Kx.slice(from * KV * D, (from + m) * KV * D), [1, m, KV * D]), v: t(Vx.slice(from * KV * D, (from + m) * KV * D), [1, m, KV * D]), pk: kt, pv: vt, sl: i32(len + m - 1), tot: i32Tensor(Int32Array.of(len + m), []) }, ['a', 'ok', 'ov']);
+    // The presents become the caches of the next run (as GroupQueryAttention's shared buffer would update them).
+    K.set(r.ok!.data);
+    V.set(r.ov!.data);
     return r.a!.data as Float32Array;
   };
   const K1 = base.slice(), V1 = baseV.slice(), K2 = base.slice(), V2 = baseV.slice();

@@ -25,15 +25,11 @@ export interface StageSession {
   readonly inputNames: readonly string[];
   readonly outputNames: readonly string[];
   /**
-   * Runs the session. `fetches` names the outputs to return: a tensor to write into (it may be
-   * an input's tensor: GroupQueryAttention then updates its cache in place) or null to allocate.
-   * The buffers of tensors given in `fetches` may move to another thread during the run (a
-   * worker session); once run settles, succeeded or failed, `fetches[name]` holds the tensor to
-   * use from then on, with the output written into it (in-thread: the same tensor).
-   * A failed run rejects with a KiwiError (RUNTIME_RUN_FAILED, or RUNTIME_WORKER_FAILED when a
+   * Runs the session: the outputs named in `fetches` (default all), each in a new tensor. The
+   * feeds stay the caller's (a worker session copies them). A failed run rejects with a KiwiError (RUNTIME_RUN_FAILED, or RUNTIME_WORKER_FAILED when a
    * worker thread died).
    */
-  run(feeds: OrtFeeds, fetches?: Record<string, ort.Tensor | null>): Promise<Record<string, ort.Tensor>>;
+  run(feeds: OrtFeeds, fetches?: readonly string[]): Promise<Record<string, ort.Tensor>>;
   dispose(): Promise<void>;
 }
 
@@ -108,15 +104,11 @@ export async function createStageSession(
       inputNames: session.inputNames,
       outputNames: session.outputNames,
       run: async (feeds, fetches) => {
-        let out: Record<string, ort.Tensor>;
         try {
-          out = { ...((await (fetches !== undefined ? session.run(feeds, fetches) : session.run(feeds))) as Record<string, ort.Tensor>) };
+          return { ...((await (fetches !== undefined ? session.run(feeds, [...fetches]) : session.run(feeds))) as Record<string, ort.Tensor>) };
         } catch (err) {
           throw runFailed(err);
         }
-        // A given output tensor holds the result; onnxruntime-node returns a copy of it besides.
-        for (const [name, t] of Object.entries(fetches ?? {})) if (t !== null) out[name] = t;
-        return out;
       },
       dispose: () => session.release(),
     };

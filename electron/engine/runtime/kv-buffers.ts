@@ -160,9 +160,9 @@ export class KvBuffers {
  */
 export async function runWithKv(
   buffers: KvBuffers,
-  run: (feeds: OrtFeeds, fetches: Record<string, OrtTensor | null>) => Promise<Record<string, OrtTensor>>,
+  run: (feeds: OrtFeeds, fetches: readonly string[]) => Promise<Record<string, OrtTensor>>,
   feeds: OrtFeeds,
-  fetches: Record<string, OrtTensor | null>,
+  fetches: readonly string[],
   kv: KvRun,
 ): Promise<Record<string, OrtTensor>> {
   const { kvHeads, headDim } = buffers.layout;
@@ -170,14 +170,13 @@ export async function runWithKv(
   const past = buffers.past(kv.rows, kv.seq);
   const batch = kv.rows.length;
   const allFeeds: OrtFeeds = { ...feeds };
-  const allFetches: Record<string, OrtTensor | null> = { ...fetches };
+  const allFetches = new Set(fetches);
   kv.names.forEach((n, i) => {
     allFeeds[n.pastKey] = f32Tensor(past.keys[i]!, [batch, kvHeads, past.cap, headDim]);
     allFeeds[n.pastValue] = f32Tensor(past.values[i]!, [batch, kvHeads, past.cap, headDim]);
-    allFetches[n.newKey] = null;
-    allFetches[n.newValue] = null;
+    allFetches.add(n.newKey).add(n.newValue);
   });
-  const out = await run(allFeeds, allFetches);
+  const out = await run(allFeeds, [...allFetches]);
   kv.names.forEach((n, i) => {
     buffers.writeNew(kv.rows, kv.seq, i, tensorF32(out[n.newKey], n.newKey), tensorF32(out[n.newValue], n.newValue));
     delete out[n.newKey];

@@ -29,7 +29,7 @@ export interface KvHost {
   copy(from: number, to: number, length: number, allocated: number): void;
   free(id: number): void;
   read(id: number, length: number): Promise<{ keys: Float32Array[]; values: Float32Array[] }>;
-  run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null>, kv: KvRun): Promise<Record<string, OrtTensor>>;
+  run(feeds: OrtFeeds, fetches: readonly string[], kv: KvRun): Promise<Record<string, OrtTensor>>;
 }
 
 /** The host of an in-thread session: the buffers live here (`buffers`, for tests). Without a session it holds caches but cannot run. */
@@ -129,7 +129,7 @@ export class KvStore {
    * Runs the stage over `caches` (each adds `seq` positions): grows their buffers as needed, and
    * on success advances their lengths. `names`: the graph's K/V inputs and outputs per layer.
    */
-  async run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null>, caches: readonly KvCache[], seq: number, names: KvRun['names']): Promise<Record<string, OrtTensor>> {
+  async run(feeds: OrtFeeds, fetches: readonly string[], caches: readonly KvCache[], seq: number, names: KvRun['names']): Promise<Record<string, OrtTensor>> {
     for (const c of caches) this.check(c);
     for (const c of caches) this.grow(c, c.length + seq);
     const rows = caches.map((c) => ({ id: c.id, length: c.length, allocated: c.allocated }));

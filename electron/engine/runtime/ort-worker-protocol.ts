@@ -12,14 +12,11 @@ export interface WireTensor {
   dims: number[];
 }
 
-/** Where an output goes: a new tensor (null), a feed's tensor (updated in place), or a given tensor. */
-export type WireFetch = null | { feed: string } | { tensor: WireTensor };
-
 export type ToWorker =
   /** kv: the layout of the session's request caches, kept on the worker (none for a session without them). */
   | { type: 'create'; model: string | Uint8Array; opts: SessionFactoryOptions; kv: KvLayout | undefined }
-  /** fetches undefined: every output of the graph, each in a new tensor. kv: the caches the run reads and appends to (runWithKv). */
-  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: Record<string, WireFetch> | undefined; kv: KvRun | undefined }
+  /** fetches: the outputs to return (undefined: all). kv: the caches the run reads and appends to (runWithKv). */
+  | { type: 'run'; id: number; feeds: Record<string, WireTensor>; fetches: string[] | undefined; kv: KvRun | undefined }
   /** The session's request caches (KvHost): done in order with the runs, answered by nothing (a failure shows in the next run that uses the cache). */
   | { type: 'kv-create'; id: number; allocated: number }
   | { type: 'kv-copy'; from: number; to: number; length: number; allocated: number }
@@ -43,10 +40,8 @@ export interface WireError {
 export type FromWorker =
   | { type: 'created'; provider: ExecutionProvider; skipped: string[]; inputNames: string[]; outputNames: string[] }
   | { type: 'create-failed'; error: WireError }
-  /** outputs: every fetch, bound ones with the moved buffers coming back. */
   | { type: 'ran'; id: number; outputs: Record<string, WireTensor> }
-  /** returned: the bound fetches' buffers, so the caller keeps them after a failed run. */
-  | { type: 'run-failed'; id: number; error: WireError; returned: Record<string, WireTensor> }
+  | { type: 'run-failed'; id: number; error: WireError }
   | { type: 'kv-read'; id: number; keys: Float32Array[]; values: Float32Array[] }
   | { type: 'kv-read-failed'; id: number; error: WireError }
   | { type: 'disposed' };

@@ -1,15 +1,15 @@
 // A StageSession whose onnxruntime session lives on a worker thread (ort-worker.ts), so a forward
 // pass (tens of ms per decode step, seconds per prefill) never blocks the event loop that carries
 // heartbeats, ring links and HTTP streams. The session's K/V caches live on the worker (its KvHost:
-// kv-buffers.ts there, handles in kv-store.ts here); buffers bound as outputs move to the worker and
-// back without copies; a worker that dies fails its pending runs instead of hanging them; an idle
-// worker does not keep the process alive. Threads come from ort-worker-pool.ts.
+// kv-buffers.ts there, handles in kv-store.ts here); a worker that dies fails its pending runs
+// instead of hanging them; an idle worker does not keep the process alive. Threads come from
+// ort-worker-pool.ts.
 import type { Worker } from 'node:worker_threads';
 import { KiwiError } from '../errors.js';
 import type { OrtFeeds, OrtTensor, SessionFactoryOptions, StageSession } from '../ort/session.js';
 import { closeWorker, parkWorker, takeWorker } from './ort-worker-pool.js';
 import { errorFromWire, fromWire, toWire, transferables } from './ort-worker-protocol.js';
-import type { FromWorker, ToWorker, WireFetch, WireTensor } from './ort-worker-protocol.js';
+import type { FromWorker, ToWorker, WireTensor } from './ort-worker-protocol.js';
 import type { KvLayout, KvRun } from './kv-buffers.js';
 import type { KvHost } from './kv-store.js';
 
@@ -29,7 +29,6 @@ export interface WorkerStageSession extends StageSession {
 interface Pending {
   resolve: (outputs: Record<string, OrtTensor>) => void;
   reject: (err: KiwiError) => void;
-  fetches: Record<string, OrtTensor | null> | undefined;
 }
 
 /** A started worker thread without a session yet. */
@@ -108,7 +107,7 @@ class WorkerClient {
       inputNames: c.inputNames,
       outputNames: c.outputNames,
       worker: this.worker,
-      run: (feeds: OrtFeeds, fetches?: Record<string, OrtTensor | null>) => this.run(feeds, fetches, undefined),
+      run: (feeds: OrtFeeds, fetches?: readonly string[]) => this.run(feeds, fetches, undefined),
       kv: {
         // Cache operations are not answered: the worker does them in order with the runs.
         create: (id, allocated) => this.postIfAlive({ type: 'kv-create', id, allocated }),
@@ -137,39 +136,20 @@ class WorkerClient {
     });
   }
 
-  private run(feeds: OrtFeeds, fetches: Record<string, OrtTensor | null> | undefined, kv: KvRun | undefined): Promise<Record<string, OrtTensor>> {
+  private run(feeds: OrtFeeds, fetches: readonly string[] | undefined, kv: KvRun | undefined): Promise<Record<string, OrtTensor>> {
     if (this.dead !== undefined) return Promise.reject(this.dead);
     if (this.disposing !== undefined) return Promise.reject(closed());
-    const feedName = new Map<OrtTensor, string>();
-    for (const [name, t] of Object.entries(feeds)) feedName.set(t, name);
-    const wireFetches = fetches === undefined ? undefined : ({} as Record<string, WireFetch>);
-    const moved = new Set<OrtTensor>();
-    for (const [name, t] of Object.entries(fetches ?? {})) {
-      if (t === null) {
-        wireFetches![name] = null;
-      } else if (feedName.has(t)) {
-        wireFetches![name] = { feed: feedName.get(t)! };
-        moved.add(t);
-      } else {
-        wireFetches![name] = { tensor: toWire(t, name) };
-        moved.add(t);
-      }
-    }
-    // Buffers bound as outputs move (the caller takes them back from `fetches`); feeds are copied,
-    // so the caller's own arrays (hidden states it may still hold) stay intact.
+    // Feeds are copied and the copies move, so the caller's own arrays (hidden states it may still hold) stay intact.
     const wireFeeds: Record<string, WireTensor> = {};
-    const moving: WireTensor[] = [];
     for (const [name, t] of Object.entries(feeds)) {
       const w = toWire(t, name);
-      wireFeeds[name] = moved.has(t) ? w : { data: w.data.slice(), dims: w.dims };
-      moving.push(wireFeeds[name]);
+      wireFeeds[name] = { data: w.data.slice(), dims: w.dims };
     }
-    for (const f of Object.values(wireFetches ?? {})) if (f !== null && 'tensor' in f) moving.push(f.tensor);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, fetches });
+      this.pending.set(id, { resolve, reject });
       this.busy();
-      this.post({ type: 'run', id, feeds: wireFeeds, fetches: wireFetches, kv }, moving.map((w) => w.data));
+      this.post({ type: 'run', id, feeds: wireFeeds, fetches: fetches === undefined ? undefined : [...fetches], kv }, Object.values(wireFeeds).map((w) => w.data));
     });
   }
 
@@ -199,12 +179,9 @@ class WorkerClient {
         const p = this.pending.get(m.id);
         if (p === undefined) break;
         this.pending.delete(m.id);
-        const back = m.type === 'ran' ? m.outputs : m.returned;
-        // The moved buffers come back: hand them to the caller in its fetches record.
-        if (p.fetches !== undefined) for (const name of Object.keys(p.fetches)) if (p.fetches[name] !== null && back[name] !== undefined) p.fetches[name] = fromWire(back[name]);
         if (m.type === 'ran') {
           const outputs: Record<string, OrtTensor> = {};
-          for (const [name, w] of Object.entries(m.outputs)) outputs[name] = p.fetches?.[name] ?? fromWire(w);
+          for (const [name, w] of Object.entries(m.outputs)) outputs[name] = fromWire(w);
           p.resolve(outputs);
         } else {
           p.reject(errorFromWire(m.error, 'RUNTIME_RUN_FAILED', 'onnxruntime failed to run the stage'));

@@ -10,7 +10,7 @@ import { KvBuffers, runWithKv } from './kv-buffers.js';
 import type { KvRun } from './kv-buffers.js';
 import type { Gate } from './ort-worker-gate.js';
 import { errorToWire, fromWire, toWire, transferables } from './ort-worker-protocol.js';
-import type { FromWorker, ToWorker, WireFetch, WireTensor } from './ort-worker-protocol.js';
+import type { FromWorker, ToWorker, WireTensor } from './ort-worker-protocol.js';
 
 const port = parentPort;
 if (port === null) throw new Error('ort-worker.ts runs as a worker thread (see ort-worker-session.ts)');
@@ -84,32 +84,20 @@ function kvOp(id: number, op: () => void): void {
   }
 }
 
-async function run(id: number, wireFeeds: Record<string, WireTensor>, wireFetches: Record<string, WireFetch> | undefined, kvRun: KvRun | undefined): Promise<void> {
+async function run(id: number, wireFeeds: Record<string, WireTensor>, fetches: string[] | undefined, kvRun: KvRun | undefined): Promise<void> {
   const feeds: Record<string, OrtTensor> = {};
   for (const [name, w] of Object.entries(wireFeeds)) feeds[name] = fromWire(w);
-  let fetches: Record<string, OrtTensor | null> | undefined;
-  if (wireFetches !== undefined) {
-    fetches = {};
-    for (const [name, f] of Object.entries(wireFetches)) fetches[name] = f === null ? null : 'feed' in f ? feeds[f.feed]! : fromWire(f.tensor);
-  }
-  // Outputs written into given tensors go back in those tensors (onnxruntime-node returns a copy).
-  const given = (): Record<string, WireTensor> => {
-    const out: Record<string, WireTensor> = {};
-    for (const [name, t] of Object.entries(fetches ?? {})) if (t !== null) out[name] = toWire(t, name);
-    return out;
-  };
   try {
     if (session === undefined) throw new Error('the session is not open');
     const s = session;
     if (kvRun !== undefined && kv === undefined) throw new Error('the session keeps no KV caches');
-    const result = await gated(gate, () => (kvRun !== undefined ? runWithKv(kv!, (f, o) => s.run(f, o), feeds, fetches ?? {}, kvRun) : fetches !== undefined ? s.run(feeds, fetches) : s.run(feeds)));
+    const result = await gated(gate, () => (kvRun !== undefined ? runWithKv(kv!, (f, o) => s.run(f, o), feeds, fetches ?? s.outputNames, kvRun) : s.run(feeds, fetches)));
     if (result === undefined) return; // the process is exiting
-    const outputs = given();
-    for (const [name, t] of Object.entries(result)) if (outputs[name] === undefined) outputs[name] = toWire(t, name);
+    const outputs: Record<string, WireTensor> = {};
+    for (const [name, t] of Object.entries(result)) outputs[name] = toWire(t, name);
     reply({ type: 'ran', id, outputs }, Object.values(outputs));
   } catch (err) {
-    const returned = given();
-    reply({ type: 'run-failed', id, error: errorToWire(err), returned }, Object.values(returned));
+    reply({ type: 'run-failed', id, error: errorToWire(err) });
   }
 }
 

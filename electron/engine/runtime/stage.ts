@@ -9,7 +9,7 @@ import vm from 'node:vm';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { KiwiError } from '../errors.js';
 import { availableProviders, createStageSession, defaultThreads, f32Tensor, i32Tensor, tensorF32, tensorOf } from '../ort/session.js';
-import type { ExecutionProvider, OrtFeeds, OrtTensor, StageSession } from '../ort/session.js';
+import type { ExecutionProvider, OrtFeeds, StageSession } from '../ort/session.js';
 import { startSessionWorker, stageWorkerEnabled } from './ort-worker-session.js';
 import { freeCache, KvStore, localKvHost } from './kv-store.js';
 import type { KvCache, KvHost } from './kv-store.js';
@@ -263,8 +263,7 @@ export class Stage {
     if (this.plan.head) feeds[IO.logitsFrom] = tensorOf(BigInt64Array.of(BigInt(-logitsTail)), [1]);
     if (this.replays) Object.assign(feeds, replayFeeds(replay ? caches[0]!.length : undefined, seq));
     const outputName = this.plan.head ? IO.logits : IO.hiddenOut;
-    const fetches: Record<string, OrtTensor | null> = { [outputName]: null };
-    if (hiddenNorm) fetches[IO.hiddenNorm] = null;
+    const fetches = hiddenNorm ? [outputName, IO.hiddenNorm] : [outputName];
     // The caches are read in place where they live (the session's thread) and take the new positions there.
     const out = await this.kv.run(feeds, fetches, caches, seq, this.kvNames);
     const result = tensorF32(out[outputName], outputName);
