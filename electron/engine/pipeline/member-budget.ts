@@ -1,9 +1,9 @@
 // Whether a member's whole-process memory budget (`kiwi join --memory-mb`, reported as
 // capabilities.memory_budget_bytes) can hold anything of the session's model: the runtime of a
 // stage process (stageOverheadAt: its fixed overhead and context scratch), one block as the
-// runtime keeps it and that block's KV cache at the session's context. A budget below that is refused at join with the figure it would need,
-// instead of being left out by the planner without a word. Pure, apart from MemberBudgets' lazy
-// read of the context.
+// runtime keeps it and that block's KV cache at the session's context. A budget below that is
+// refused at join with the figure it would need, instead of being left out by the planner without
+// a word. Pure, apart from MemberBudgets' lazy read of the context.
 import { KiwiError } from '../errors.js';
 import { stageOverheadAt, type ModelSizes } from '../planner/fleet.js';
 import type { BudgetTooSmall } from './ring-protocol.js';
