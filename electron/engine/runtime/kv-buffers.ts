@@ -63,7 +63,7 @@ export class KvBuffers {
     this.failed.delete(id);
   }
 
-  /** Cache `id` could not be made (`why`): a run that uses it fails, saying so. */
+  /** Cache `id` could not be made (`why`, a whole sentence): a run that uses it fails with it. */
   broken(id: number, why: string): void {
     this.held.delete(id);
     this.failed.set(id, why);
@@ -137,7 +137,7 @@ export class KvBuffers {
     const h = this.held.get(id);
     if (h !== undefined) return h;
     const why = this.failed.get(id);
-    if (why !== undefined) throw new Error(`KV cache ${id} could not be allocated (${why}); give the process more memory or lower the context`);
+    if (why !== undefined) throw new Error(why);
     throw new Error(`KV cache ${id} is not held by this stage (freed, or lost with its stage)`);
   }
 

@@ -53,8 +53,8 @@ describe('KV buffers', () => {
 
   test('a cache that could not be allocated fails the run that uses it, saying why', () => {
     const b = new KvBuffers(layout);
-    b.broken(3, 'Array buffer allocation failed');
-    expect(() => b.past([{ id: 3, length: 0, allocated: 4 }], 1)).toThrow(/could not be allocated \(Array buffer allocation failed\)/);
+    b.broken(3, 'KV cache 3 could not be allocated (Array buffer allocation failed)');
+    expect(() => b.past([{ id: 3, length: 0, allocated: 4 }], 1)).toThrow(/^KV cache 3 could not be allocated \(Array buffer allocation failed\)$/);
     b.free(3);
     expect(() => b.past([{ id: 3, length: 0, allocated: 4 }], 1)).toThrow(/not held by this stage/);
   });

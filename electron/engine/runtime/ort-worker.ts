@@ -47,9 +47,9 @@ async function handle(m: ToWorker): Promise<void> {
     case 'run':
       return run(m.id, m.feeds, m.fetches, m.kv);
     case 'kv-create':
-      return kvOp(m.id, () => kv?.create(m.id, m.allocated));
+      return kvOp(m.id, () => kv?.create(m.id, m.allocated), (why) => `KV cache ${m.id} could not be allocated (${why}); give the process more memory or lower the context`);
     case 'kv-copy':
-      return kvOp(m.to, () => kv?.copy(m.from, m.to, m.length, m.allocated));
+      return kvOp(m.to, () => kv?.copy(m.from, m.to, m.length, m.allocated), (why) => `KV cache ${m.to} could not be made as a copy of cache ${m.from} (${why})`);
     case 'kv-free':
       kv?.free(m.id);
       return;
@@ -75,12 +75,15 @@ async function handle(m: ToWorker): Promise<void> {
   }
 }
 
-/** A cache operation that fails (no memory for the buffers, say) leaves cache `id` broken: the run that uses it fails, saying why. */
-function kvOp(id: number, op: () => void): void {
+/**
+ * A cache operation that fails (no memory for the buffers, a copy's source already freed) leaves
+ * cache `id` broken: the run that uses it fails with `explain(why)`.
+ */
+function kvOp(id: number, op: () => void, explain: (why: string) => string): void {
   try {
     op();
   } catch (err) {
-    kv?.broken(id, err instanceof Error ? err.message : String(err));
+    kv?.broken(id, explain(err instanceof Error ? err.message : String(err)));
   }
 }
 
