@@ -48,6 +48,11 @@ export function localKvHost(layout: KvLayout, session?: StageSession): KvHost & 
 /** Buffers grow in multiples of this many positions. */
 export const KV_GROWTH_POSITIONS = 256;
 
+/** Buffers for at least `positions` (at least one step), rounded up to whole steps, at most `capacity`. */
+function allocationFor(positions: number, capacity: number): number {
+  return Math.min(capacity, Math.max(1, Math.ceil(positions / KV_GROWTH_POSITIONS)) * KV_GROWTH_POSITIONS);
+}
+
 /**
  * Drops a cache's positions from `length` on (speculative decoding's rejected drafts). Exact: a
  * forward pass attends to positions [0, length) only and writes new ones from `length`.
@@ -94,7 +99,7 @@ export class KvStore {
   copy(src: KvCache, length: number, capacity: number): KvCache {
     this.check(src);
     if (length > src.length || length > capacity) throw new Error(`copyPrefix: ${length} positions of a cache holding ${src.length}, into ${capacity}`);
-    const allocated = Math.min(capacity, Math.max(KV_GROWTH_POSITIONS, Math.ceil(length / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS));
+    const allocated = allocationFor(length, capacity);
     const c = this.handle(capacity, length, allocated);
     this.host.copy(src.id, c.id, length, allocated);
     return c;
@@ -128,9 +133,18 @@ export class KvStore {
   /**
    * Runs the stage over `caches` (each adds `seq` positions): grows their buffers as needed, and
    * on success advances their lengths. `names`: the graph's K/V inputs and outputs per layer.
+   * Fails before anything is sent where a cache cannot take part or has no room (CONTEXT_EXCEEDED).
    */
   async run(feeds: OrtFeeds, fetches: readonly string[], caches: readonly KvCache[], seq: number, names: KvRun['names']): Promise<Record<string, OrtTensor>> {
-    for (const c of caches) this.check(c);
+    for (const c of caches) {
+      this.check(c);
+      if (c.length + seq > c.capacity) {
+        throw new KiwiError('CONTEXT_EXCEEDED', `the request needs ${c.length + seq} positions but its KV cache holds ${c.capacity}`, {
+          positions: c.length + seq,
+          capacity: c.capacity,
+        });
+      }
+    }
     for (const c of caches) this.grow(c, c.length + seq);
     const rows = caches.map((c) => ({ id: c.id, length: c.length, allocated: c.allocated }));
     for (const c of caches) this.busy.add(c.id);
@@ -148,8 +162,7 @@ export class KvStore {
     if (positions <= c.allocated) return;
     // Small steps keep the buffers close to the filled length; the step widens with the cache
     // (1/8 of it) so the growth copies themselves stay a small share.
-    const want = Math.max(positions, c.allocated + Math.floor(c.allocated / 8));
-    c.allocated = Math.min(c.capacity, Math.ceil(want / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS);
+    c.allocated = allocationFor(Math.max(positions, c.allocated + Math.floor(c.allocated / 8)), c.capacity);
   }
 
   private handle(capacity: number, length: number, allocated: number): KvCache {
