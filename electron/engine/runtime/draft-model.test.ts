@@ -99,6 +99,15 @@ describe('draft state per request', () => {
     expect(reused).toHaveLength(4);
   });
 
+  test('a release right after a draft is asked for frees what that draft made', async () => {
+    const [key, before] = [{}, drafter.held];
+    const drafted = drafter.draft(tok.encode('The dog', { addBos: true }), 2, key);
+    drafter.release(key);
+    await drafted;
+    await drafter.draft([1], 0, {}); // the queue has run the release
+    expect(drafter.held).toBe(before);
+  });
+
   test('nothing is drafted past the draft model\'s context', async () => {
     const history = Array.from({ length: CONTEXT - 2 }, (_, i) => 1 + (i % 100));
     expect(await drafter.draft(history, 4, {})).toEqual([]);

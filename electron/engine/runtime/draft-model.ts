@@ -45,10 +45,17 @@ export class DraftModelDrafter implements Drafter {
     return run;
   }
 
-  /** The request ended: its draft caches go. */
+  /** The request ended: its draft caches go, after the drafts queued for it (which would make new ones). */
   release(key: object): void {
-    for (const c of this.states.get(key)?.caches ?? []) freeCache(c);
-    this.states.delete(key);
+    this.queue = this.queue.then(() => {
+      for (const c of this.states.get(key)?.caches ?? []) freeCache(c);
+      this.states.delete(key);
+    });
+  }
+
+  /** Requests whose draft caches are held now (diagnostics). */
+  get held(): number {
+    return this.states.size;
   }
 
   async dispose(): Promise<void> {
