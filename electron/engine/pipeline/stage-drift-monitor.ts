@@ -1,26 +1,27 @@
 // Closed-loop planning on the host (issue 14): every completed decode step of one request (one row
 // of one token, the unit the planner predicts; prefills, batched steps and speculative verify steps
-// are not judged) feeds each member stage's measured compute time to
-// the drift detector (stage-drift.ts) against the plan's predicted stage_ms. When a stage drifts
-// (a member over-reported its speed, a game started, thermal throttling), the measured costs of
-// every stage with a full window replace what devices reported in every later plan (ring-assignment.ts
+// are not judged) feeds each member stage's measured compute time to the drift detector
+// (stage-drift.ts) against the plan's predicted stage_ms. When a stage drifts (a member
+// over-reported its speed, a game started, thermal throttling), the measured costs of every stage
+// with a full window replace what devices reported in every later plan (ring-assignment.ts
 // measuredBlockMs): the stage's fixed part of a step stays the device's own (the plan's step_ms,
 // from its block probe) and the rest is its blocks, block_ms = (median stage ms - step_ms) / layers
 // (the host's from its own first blocks), so the next plan predicts that stage at its measured time
-// whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts, as a member's
-// join is: steps in flight finish, held requests carry on bit for bit). The planner re-plans only
-// when its plan changes, and a drift re-plan keeps the division served while its bottleneck
-// stays within the drift threshold of the best (moveMargin); once it has, the host emits
-// `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's own
-// stage is measured but not judged (its time mixes the embedding and the head, which the plan
-// prices separately).
+// whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts,
+// as a member's join is: steps in flight finish, held requests carry on bit for bit). The planner
+// re-plans only when its plan changes, and a drift re-plan keeps the division served while its
+// bottleneck stays within the drift threshold of the best (moveMargin); once it has, the host
+// emits `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's
+// own stage is measured but not judged (its time mixes the embedding and the head, which the
+// plan prices separately).
 // Steps are judged at the start of a request, where the plan prices them: each stage's time less
 // what its request's cached positions add (the plan's position_ms, from the block probe, times the
 // step's position; attention over a 4,000-token cache more than doubles a 1B step), so a long
 // answer does not look like drift.
-// The same steps measure the ring's per-hop cost beyond the links' one-way times (drift on or off): a step's
-// wall time less the host's and every member's compute and the edges' one-way times (RTT / 2), over its edges;
-// the median of recent steps is the hop_ms later plans price per edge (planner/plan.ts).
+// The same steps measure the ring's per-hop cost beyond the links' one-way times (drift on or
+// off): a step's wall time less the host's and every member's compute and the edges' one-way
+// times (RTT / 2), over its edges; the median of recent steps is the hop_ms later plans price per
+// edge (planner/plan.ts).
 import type { EventEmitter } from 'node:events';
 import type { SessionHostEvents } from './session-host-api.js';
 import type { PlanJson } from '../planner/plan-json.js';
@@ -41,8 +42,9 @@ export const HOP_WINDOW_STEPS = 64;
 export const HOP_MIN_STEPS = 8;
 
 /**
- * The ring's cost per hop beyond the edges' one-way times in one step (ms; may be negative on noise), or
- * undefined when it cannot be told (an edge without a known RTT, a stage's time missing, no edges).
+ * The ring's cost per hop beyond the edges' one-way times in one step (ms; may be negative on
+ * noise), or undefined when it cannot be told (an edge without a known RTT, a stage's time
+ * missing, no edges).
  */
 export function hopOverheadMs(t: StepTiming, order: readonly RingStage[], plan: PlanJson): number | undefined {
   const edges = plan.edges ?? [];
