@@ -10,6 +10,12 @@
 // recoveries (re-plans, weight bytes moved, resumed requests) and prints a table; writes
 // bench/results/faults.json.
 //   KIWI_FAULTS_TRIALS (default 20), KIWI_FAULTS_SEED (default 1), KIWI_MODEL (default stories260K).
+// Large-model mode (issue 15), KIWI_FAULTS_SCALE=8b: a `kiwi synth` Llama-3.1-8B Q4_0 (or
+// KIWI_MODEL), the host and three members sized so that any two members and the host hold the
+// model, a 2,048-position context, members keeping standby layers (KIWI_FAULTS_STANDBY_GB, default
+// 3; 0: none, every re-plan loads over the network); one member killed per trial, in turn during
+// the prefill of a 512-token prompt, at the 60th generated token (of 120) and at the 500th (of
+// 520). Writes bench/results/faults-8b.json.
 // Run: npx tsx bench/faults.ts
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -17,19 +23,44 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
 import { testModelPath } from '../electron/engine/model/test-models.js';
+import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { FaultRing, generateReference, stallAfter, streamCompletion, summarize, type FaultMember, type HostStatus, type Recovery, type StreamResult } from '../electron/engine/test-support/fault-ring.js';
 import { askStatus, kiwiEntry, ProcessSet, repoRoot, waitEvent } from '../electron/engine/test-support/processes.js';
 
 const run = promisify(execFile);
 
-const TRIALS = Number(process.env.KIWI_FAULTS_TRIALS ?? 20);
+const LARGE = process.env.KIWI_FAULTS_SCALE === '8b';
+const TRIALS = Number(process.env.KIWI_FAULTS_TRIALS ?? (LARGE ? 10 : 20));
 const SEED = Number(process.env.KIWI_FAULTS_SEED ?? 1);
-const TOKENS = 128;
-const PREFILL_TOKENS = 32;
 const PROMPT = 'Once upon a time';
-const KINDS = ['prefill', 'early-decode', 'late-decode', 'during-replan', 'two-at-once'] as const;
-type Kind = (typeof KINDS)[number];
+/** The host's context in the large mode: a 512-token prompt or 520 generated tokens fit. */
+const LARGE_CONTEXT = 2048;
+const STANDBY_GB = Number(process.env.KIWI_FAULTS_STANDBY_GB ?? 3);
+
+/** What a kind of trial streams and when it kills: the token at whose arrival (-1: during the prefill of the long prompt), and how many members. */
+interface KindSpec {
+  maxTokens: number;
+  killAt: () => number;
+  victims: 1 | 2;
+}
+const SMALL_KINDS: Record<string, KindSpec> = {
+  'prefill': { maxTokens: 32, killAt: () => -1, victims: 1 },
+  'early-decode': { maxTokens: 128, killAt: () => between(2, 24), victims: 1 },
+  'late-decode': { maxTokens: 128, killAt: () => between(70, 110), victims: 1 },
+  'during-replan': { maxTokens: 128, killAt: () => between(2, 24), victims: 2 },
+  'two-at-once': { maxTokens: 128, killAt: () => between(2, 24), victims: 2 },
+};
+const LARGE_KINDS: Record<string, KindSpec> = {
+  'decode-60': { maxTokens: 120, killAt: () => 60, victims: 1 },
+  'decode-500': { maxTokens: 520, killAt: () => 500, victims: 1 },
+  'prefill': { maxTokens: 32, killAt: () => -1, victims: 1 },
+};
+const SPECS = LARGE ? LARGE_KINDS : SMALL_KINDS;
+const KINDS = Object.keys(SPECS);
+/** The large mode takes its kinds in turn (every kind in a 10-trial run), the small one at random. */
+const kindOf = (trial: number): string => (LARGE ? KINDS[trial % KINDS.length]! : pick(KINDS));
 
 /** mulberry32: a small seeded generator, so that a run can be repeated trial for trial. */
 function seeded(seed: number): () => number {
@@ -50,24 +81,49 @@ const sharedModels = resolve(import.meta.dirname, '../../shared/models');
 if (process.env.KIWI_TEST_MODELS === undefined && existsSync(sharedModels)) process.env.KIWI_TEST_MODELS = sharedModels;
 const dir = await mkdtemp(join(tmpdir(), 'kiwi-bench-faults-'));
 process.env.KIWI_CACHE_DIR = join(dir, 'cache');
-const model = process.env.KIWI_MODEL ?? (await testModelPath('stories260K.gguf'));
+const model = process.env.KIWI_MODEL ?? (LARGE ? await synthLarge(join(dir, 'llama-3.1-8b-q4_0.gguf')) : await testModelPath('stories260K.gguf'));
 const modelId = basename(model).replace(/\.gguf$/i, '');
 const kiwiJson = async (...args: string[]): Promise<Record<string, unknown>> =>
   JSON.parse((await run(process.execPath, [...kiwiEntry(), ...args, '--json'], { cwd: repoRoot, maxBuffer: 1 << 26 })).stdout.trim().split('\n').pop() as string) as Record<string, unknown>;
-/** A long prompt for prefill kills: as many sentences as fill about 3/4 of the context the host serves (at most 4096). */
+
+async function synthLarge(path: string): Promise<string> {
+  console.log(`writing a synthetic Llama-3.1-8B Q4_0 to ${path}`);
+  await run(process.execPath, [...kiwiEntry(), 'synth', '--shape', 'llama-3.1-8b', '--quant', 'q4_0', '--out', path, '--seed', '1', '--json'], { cwd: repoRoot });
+  return path;
+}
+
+/** The context the host serves: the model's, at most 4096 (the large mode's is LARGE_CONTEXT). */
+const context = LARGE ? LARGE_CONTEXT : Math.min(4096, (await kiwiJson('inspect', model)).context_length as number);
+/** A long prompt for prefill kills: as many sentences as fill about 3/4 of the context (1/4 in the large mode, 512 tokens). */
 async function longPrompt(): Promise<string> {
-  const context = Math.min(4096, (await kiwiJson('inspect', model)).context_length as number);
-  for (let n = 60; ; n = Math.floor(n / 2)) {
+  const share = LARGE ? 0.25 : 0.75;
+  for (let n = LARGE ? 40 : 60; ; n = Math.floor(n / 2)) {
     const text = Array.from({ length: n }, (_, i) => `Day ${i}: the little dog ran to the park and played with a red ball.`).join(' ');
-    if (n <= 1 || ((await kiwiJson('tokenize', '--model', model, text)).ids as number[]).length <= context * 0.75) return text;
+    if (n <= 1 || ((await kiwiJson('tokenize', '--model', model, text)).ids as number[]).length <= context * share) return text;
   }
 }
 const LONG_PROMPT = await longPrompt();
-const MEMBERS: FaultMember[] = ['m1', 'm2', 'm3', 'm4'].map((name, i) => ({ name, memoryBytes: 64 * 1024 * 1024, ownModel: i === 0 }));
+
+/**
+ * The small mode: four members of 64 MiB (every one holds layers, the model fits without any
+ * one). The large one: three members of 12.5 blocks and a host of 8.5 blocks and the head, so the
+ * first plan gives everyone layers and the host with any two members holds all 32.
+ */
+async function ringMembers(): Promise<{ members: FaultMember[]; hostArgs: string[] }> {
+  if (!LARGE) return { members: ['m1', 'm2', 'm3', 'm4'].map((name, i) => ({ name, memoryBytes: 64 * 1024 * 1024, ownModel: i === 0 })), hostArgs: [] };
+  const sizes = modelSizesFromGguf(await openGguf(model));
+  const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * context;
+  const hostCaps = join(dir, 'capabilities-host.json');
+  await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: Math.round(sizes.stageOverheadBytes! + sizes.headResidentBytes + 8.5 * perBlock) } }));
+  const standby = STANDBY_GB > 0 ? ['--standby-gb', String(STANDBY_GB)] : [];
+  const members = ['m1', 'm2', 'm3'].map((name) => ({ name, memoryBytes: Math.round(sizes.stageOverheadBytes! + 12.5 * perBlock), args: standby }));
+  return { members, hostArgs: ['--capabilities', hostCaps, '--context', String(context)] };
+}
+const { members: MEMBERS, hostArgs: HOST_ARGS } = await ringMembers();
 
 interface Trial {
   trial: number;
-  kind: Kind;
+  kind: string;
   victims: string[];
   /** Token index at whose arrival the first member was killed (-1: during the prefill). */
   killAtToken: number;
@@ -76,25 +132,52 @@ interface Trial {
   error: string | null;
   /** Kill → next token at the client: the longest wait for a piece after the kill, ms (null when none came). */
   failureToNextTokenMs: number | null;
+  /** Kill → the host's re-plan start, ms. */
+  detectMs: number | null;
   recoveries: Recovery[];
+  /** The survivors' loads in the re-plans of the trial. */
+  loads: Load[];
   /** Wall time of the stream, ms. */
   streamMs: number;
 }
 
+/** The large mode's waits: an 8B ring loads, re-plans and replays in minutes on this machine, not seconds. */
+const SLOW = LARGE ? 10 : 1;
 const procs = new ProcessSet();
 let ring: FaultRing | undefined;
-const startRing = async (): Promise<FaultRing> => FaultRing.start(procs, { model, members: MEMBERS, dir, heartbeatMs: 500, heartbeatTimeoutS: 3, recoveryTimeoutS: 30 });
+const startRing = async (): Promise<FaultRing> => {
+  const r = await FaultRing.start(procs, { model, members: MEMBERS, dir, heartbeatMs: 500, heartbeatTimeoutS: LARGE ? 10 : 3, recoveryTimeoutS: 30 * SLOW, hostArgs: HOST_ARGS, formTimeoutMs: 90_000 * SLOW });
+  await standbyDone(r);
+  return r;
+};
 
-/** Restarts the members that are gone and waits until all of them hold layers again; false when the ring does not come back. */
+/** Waits until every member's standby layers for the current plan are on disk (at once without --standby-gb). */
+async function standbyDone(r: FaultRing): Promise<void> {
+  if (!LARGE || STANDBY_GB <= 0) return;
+  const started = Date.now();
+  for (const m of MEMBERS) {
+    for (;;) {
+      const epoch = (await r.status()).epoch;
+      const s = (await askStatus(r.member(m.name))).standby as { state: string; epoch?: number; heldBytes: number; layers: number[] } | undefined;
+      if (s?.state === 'done' && s.epoch === epoch) break;
+      if (Date.now() - started > 30 * 60_000) throw new Error(`${m.name}'s standby layers did not arrive within 30 minutes: ${JSON.stringify(s)}`);
+      await new Promise((res) => setTimeout(res, 1000));
+    }
+  }
+  console.log(`standby layers on disk after ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+
 /** Re-plans that brought restarted members back in (between trials). */
 const rejoins: Recovery[] = [];
 
+/** Restarts the members that are gone and waits until all of them hold layers again; false when the ring does not come back. */
 async function makeWhole(r: FaultRing): Promise<boolean> {
   for (const m of MEMBERS) if (!r.alive(m.name)) await r.startMember(m.name);
   const before = (await r.status()).recoveries ?? [];
   try {
-    const after = await r.waitStatus((s) => s.phase === 'serving' && MEMBERS.every((m) => s.stages.some((x) => x.name === m.name && (x.state === 'ready' || x.state === 'kept'))), 'every member back in the ring', 90_000, 250);
+    const after = await r.waitStatus((s) => s.phase === 'serving' && MEMBERS.every((m) => s.stages.some((x) => x.name === m.name && (x.state === 'ready' || x.state === 'kept'))), 'every member back in the ring', 90_000 * SLOW, 250);
     rejoins.push(...(after.recoveries ?? []).filter((x) => !before.some((b) => b.epoch === x.epoch)));
+    await standbyDone(r);
     return true;
   } catch (err) {
     console.error(`the ring did not become whole again: ${(err as Error).message}`);
@@ -102,16 +185,26 @@ async function makeWhole(r: FaultRing): Promise<boolean> {
   }
 }
 
-async function runTrial(r: FaultRing, trial: number, kind: Kind, want: Map<string, string>): Promise<Trial> {
+/** A survivor's load in a re-plan: where its layers came from and how long it took. */
+interface Load {
+  member: string;
+  source: string;
+  transferredBytes: number;
+  loadMs: number;
+}
+
+async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<string, string>): Promise<Trial> {
+  const spec = SPECS[kind]!;
   const names = MEMBERS.map((m) => m.name);
   const first = pick(names);
   const second = pick(names.filter((n) => n !== first));
-  const victims = kind === 'during-replan' || kind === 'two-at-once' ? [first, second] : [first];
-  let killAtToken = kind === 'prefill' ? -1 : kind === 'late-decode' ? between(70, 110) : between(2, 24);
+  const victims = spec.victims === 2 ? [first, second] : [first];
+  let killAtToken = spec.killAt();
   // The host lists its latest 16 recoveries: new ones are told apart by their epoch.
   const before = (await r.status()).epoch ?? 0;
   const prompt = kind === 'prefill' ? LONG_PROMPT : PROMPT;
-  const maxTokens = kind === 'prefill' ? PREFILL_TOKENS : TOKENS;
+  const maxTokens = spec.maxTokens;
+  const seenByMember = new Map(names.map((n) => [n, r.member(n).events.length]));
   let killedAt = 0;
   let second$: Promise<void> | undefined;
   const seenEvents = r.host.events.length;
@@ -128,10 +221,10 @@ async function runTrial(r: FaultRing, trial: number, kind: Kind, want: Map<strin
   let stream: Promise<StreamResult>;
   if (kind === 'prefill') {
     let arrived = 0;
-    stream = streamCompletion(r.url, { model: modelId, prompt, maxTokens }, () => void arrived++, { stallMs: 60_000 });
+    stream = streamCompletion(r.url, { model: modelId, prompt, maxTokens }, () => void arrived++, { stallMs: 60_000 * SLOW });
     // The prefill has reached the victim once it holds a KV cache for the request.
     const victim = r.member(first);
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 20_000 * SLOW;
     while (Date.now() < deadline && arrived === 0 && ((await askStatus(victim)).requests as number) === 0) await new Promise((res) => setTimeout(res, 5));
     // Recorded as it happened: a prefill that finished before the kill counts as an early-decode kill.
     if (arrived > 0) killAtToken = arrived;
@@ -139,25 +232,29 @@ async function runTrial(r: FaultRing, trial: number, kind: Kind, want: Map<strin
   } else {
     stream = streamCompletion(r.url, { model: modelId, prompt, maxTokens }, (i) => {
       if (i === killAtToken) kill();
-    }, { stallMs: 60_000 });
+    }, { stallMs: 60_000 * SLOW });
   }
   const got = await stream;
   await second$;
   let after: HostStatus | undefined;
   try {
-    after = await r.waitStatus((s) => s.phase !== 'recovering' && (s.recoveries ?? []).some((x) => x.epoch > before), 'the recovery to be recorded', 30_000, 250);
+    after = await r.waitStatus((s) => s.phase !== 'recovering' && (s.recoveries ?? []).some((x) => x.epoch > before), 'the recovery to be recorded', 30_000 * SLOW, 250);
   } catch {
     after = await r.status();
   }
   const recoveries = (after.recoveries ?? []).filter((x) => x.epoch > before);
   const gap = killedAt > 0 ? stallAfter(got.pieces, killedAt) : undefined;
+  const loads = names.filter((n) => !victims.includes(n)).flatMap((n) => r.member(n).events.slice(seenByMember.get(n)).filter((e) => e.event === 'ready')
+    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number })));
   return {
     trial, kind, victims, killAtToken,
     completed: got.error === undefined && got.done,
-    identical: got.error === undefined && got.text === want.get(prompt),
+    identical: got.error === undefined && got.text === want.get(`${prompt}\0${maxTokens}`),
     error: got.error?.message ?? null,
     failureToNextTokenMs: gap ?? null,
+    detectMs: recoveries[0] !== undefined && killedAt > 0 ? recoveries[0].startedAt - killedAt : null,
     recoveries,
+    loads,
     streamMs: got.endedAt - got.startedAt,
   };
 }
@@ -165,17 +262,23 @@ async function runTrial(r: FaultRing, trial: number, kind: Kind, want: Map<strin
 const trials: Trial[] = [];
 const started = Date.now();
 try {
-  const want = new Map<string, string>([
-    [PROMPT, (await generateReference(model, PROMPT, TOKENS)).text],
-    [LONG_PROMPT, (await generateReference(model, LONG_PROMPT, PREFILL_TOKENS)).text],
-  ]);
+  // The one-machine text of every (prompt, length) a kind streams.
+  const want = new Map<string, string>();
+  for (const kind of KINDS) {
+    const prompt = kind === 'prefill' ? LONG_PROMPT : PROMPT;
+    const key = `${prompt}\0${SPECS[kind]!.maxTokens}`;
+    if (!want.has(key)) want.set(key, (await generateReference(model, prompt, SPECS[kind]!.maxTokens)).text);
+  }
+  console.log(`${want.size} reference texts from kiwi generate after ${((Date.now() - started) / 1000).toFixed(0)} s`);
   ring = await startRing();
   for (let t = 0; t < TRIALS; t++) {
-    const kind = pick(KINDS);
+    const kind = kindOf(t);
     const result = await runTrial(ring, t, kind, want);
     trials.push(result);
     const gap = result.failureToNextTokenMs === null ? '-' : `${result.failureToNextTokenMs} ms`;
-    console.log(`trial ${t + 1}/${TRIALS} ${kind} kill ${result.victims.join('+')}: ${result.identical ? 'identical' : result.completed ? 'DIFFERENT' : `FAILED (${result.error})`}, next token after ${gap}`);
+    const rec = result.recoveries[0];
+    const how = rec === undefined ? '' : ` (re-plan after ${result.detectMs} ms, took ${rec.durationMs} ms, ${(rec.bytesMoved / 2 ** 20).toFixed(1)} MiB moved; loads ${result.loads.map((l) => `${l.member} ${l.source} ${l.loadMs} ms`).join(', ')})`;
+    console.log(`trial ${t + 1}/${TRIALS} ${kind} kill ${result.victims.join('+')} at ${result.killAtToken}: ${result.identical ? 'identical' : result.completed ? 'DIFFERENT' : `FAILED (${result.error})`}, next token after ${gap}${how}`);
     if (t + 1 < TRIALS && !(await makeWhole(ring))) {
       console.error(JSON.stringify(summarize(await ring.status().catch(() => undefined))));
       procs.killAll();
@@ -190,7 +293,7 @@ const gaps = trials.map((t) => t.failureToNextTokenMs).filter((g): g is number =
 const median = gaps.length === 0 ? null : gaps.length % 2 === 1 ? gaps[(gaps.length - 1) / 2]! : (gaps[gaps.length / 2 - 1]! + gaps[gaps.length / 2]!) / 2;
 const recoveries = trials.flatMap((t) => t.recoveries);
 const summary = {
-  model: modelId, seed: SEED, members: MEMBERS.length, trials: trials.length,
+  model: modelId, seed: SEED, members: MEMBERS.length, trials: trials.length, context, standbyGb: LARGE ? STANDBY_GB : 0,
   completed: trials.filter((t) => t.completed).length,
   identical: trials.filter((t) => t.identical).length,
   failureToNextTokenMs: { median, max: gaps.at(-1) ?? null, samples: gaps.length },
@@ -218,9 +321,14 @@ for (const kind of KINDS) {
   console.log(`${kind.padEnd(15)} ${String(ts.length).padStart(6)} ${String(ts.filter((t) => t.completed).length).padStart(10)} ${String(ts.filter((t) => t.identical).length).padStart(10)} ${`${medianOf(g) ?? '-'} / ${g.length > 0 ? Math.max(...g) : '-'}`.padStart(29)} ${String(rs.length).padStart(9)} ${String(rs.reduce((a, r) => a + r.bytesMoved, 0)).padStart(12)}`);
 }
 console.log(`${'all'.padEnd(15)} ${String(summary.trials).padStart(6)} ${String(summary.completed).padStart(10)} ${String(summary.identical).padStart(10)} ${`${summary.failureToNextTokenMs.median ?? '-'} / ${summary.failureToNextTokenMs.max ?? '-'}`.padStart(29)} ${String(summary.replans).padStart(9)} ${String(summary.bytesMoved).padStart(12)}`);
+console.log('\n| trial | kind | killed at token | kill -> re-plan ms | re-plan ms | MiB moved | survivors\' loads | kill -> next token ms | text exact |\n|---|---|---|---|---|---|---|---|---|');
+for (const t of trials) {
+  const moved = t.recoveries.reduce((n, x) => n + x.bytesMoved, 0);
+  console.log(`| ${t.trial + 1} | ${t.kind} | ${t.killAtToken} | ${t.detectMs ?? '-'} | ${t.recoveries.map((x) => x.durationMs).join(' + ') || '-'} | ${(moved / 2 ** 20).toFixed(1)} | ${t.loads.map((l) => `${l.member} ${l.source} ${l.loadMs} ms`).join(', ') || '-'} | ${t.failureToNextTokenMs ?? '-'} | ${t.identical ? 'yes' : 'NO'} |`);
+}
 console.log(`re-plans after a fault: ${summary.replans} (median ${summary.recoveryMs.median ?? '-'} ms, max ${summary.recoveryMs.max} ms, ${summary.resumedRequests} requests resumed); members planned in again: ${summary.rejoins.replans} re-plans, ${summary.rejoins.bytesMoved} bytes moved`);
 const out = join(import.meta.dirname, 'results');
 await mkdir(out, { recursive: true });
-await writeFile(join(out, 'faults.json'), `${JSON.stringify({ ...summary, rows: trials }, null, 2)}\n`);
+await writeFile(join(out, LARGE ? 'faults-8b.json' : 'faults.json'), `${JSON.stringify({ ...summary, rows: trials }, null, 2)}\n`);
 await rm(dir, { recursive: true, force: true });
 process.exit(0);
