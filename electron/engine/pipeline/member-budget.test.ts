@@ -13,11 +13,12 @@ const sizes: ModelSizes = {
 
 describe('member memory budget', () => {
   it('needs the runtime, one resident block and its KV at the context, each rounded up to whole MiB', () => {
-    // KV: 2048 bytes × 8192 positions = 16 MiB.
-    expect(oneLayerNeed(sizes, 8192)).toEqual({ runtimeMib: 162, layerMib: 5, kvMib: 16, neededMib: 183 });
+    // KV: 2048 bytes × 8192 positions = 16 MiB. Runtime: the 161.2 MiB overhead plus what a
+    // one-pass replay leaves (2 × a 64 MiB chunk; a row of 8192 positions is 32 MiB).
+    expect(oneLayerNeed(sizes, 8192)).toEqual({ runtimeMib: 290, layerMib: 5, kvMib: 16, neededMib: 311 });
     expect(oneLayerNeed(sizes, 8192, 2).kvMib).toBe(32);
     // The block's share of the host's prompt cache (256 MiB over 4 layers) is KV it holds too.
-    expect(oneLayerNeed(promptCacheSizes(sizes, 256 * MIB), 8192)).toEqual({ runtimeMib: 162, layerMib: 5, kvMib: 80, neededMib: 247 });
+    expect(oneLayerNeed(promptCacheSizes(sizes, 256 * MIB), 8192)).toEqual({ runtimeMib: 290, layerMib: 5, kvMib: 80, neededMib: 375 });
   });
 
   it("adds each block its share of the host's prompt cache to what the planner admits (none when the cache is off)", () => {
@@ -29,12 +30,12 @@ describe('member memory budget', () => {
 
   it('refuses a budget below that, with the figure, and passes one at or above it or none at all', () => {
     const r = budgetRefusal({ memory_budget_bytes: 170 * MIB }, sizes, 8192);
-    expect(r).toEqual({ kind: 'budget-too-small', budgetMib: 170, neededMib: 183, runtimeMib: 162, layerMib: 5, kvMib: 16, context: 8192 });
-    expect(budgetRefusal({ memory_budget_bytes: 183 * MIB }, sizes, 8192)).toBeUndefined();
+    expect(r).toEqual({ kind: 'budget-too-small', budgetMib: 170, neededMib: 311, runtimeMib: 290, layerMib: 5, kvMib: 16, context: 8192 });
+    expect(budgetRefusal({ memory_budget_bytes: 311 * MIB }, sizes, 8192)).toBeUndefined();
     expect(budgetRefusal({ memory_bytes: 10 * MIB }, sizes, 8192)).toBeUndefined();
     const err = budgetTooSmallError(r!);
     expect(err.code).toBe('MEMORY_BUDGET_TOO_SMALL');
-    expect(err.message).toMatch(/needs at least 183 MiB per member \(runtime 162 \+ one layer 5 \+ KV 16 .*rerun with --memory-mb 183 or more/);
+    expect(err.message).toMatch(/needs at least 311 MiB per member \(runtime 290 \+ one layer 5 \+ KV 16 .*rerun with --memory-mb 311 or more/);
   });
 
   it('is a host-to-member message that is validated: parts that do not add up, or a budget that fits, are refused', () => {
@@ -49,7 +50,7 @@ describe('member memory budget', () => {
       }
     };
     expect(bad({ ...r, neededMib: 200 })).toBe('RING_PROTOCOL');
-    expect(bad({ ...r, budgetMib: 183 })).toBe('RING_PROTOCOL');
+    expect(bad({ ...r, budgetMib: 311 })).toBe('RING_PROTOCOL');
     expect(bad({ ...r, extra: 1 })).toBe('RING_PROTOCOL');
   });
 

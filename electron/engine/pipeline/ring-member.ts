@@ -274,7 +274,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
     // A received model's layers are known to the shard cache by their spans' sha256; once built, their raw copy goes.
     const received = source !== 'local' && this.opts.cache !== undefined;
+    // With the replay inputs: a re-plan's replay of generated tokens runs in one pass (runtime/replay.ts).
     const stage = await Stage.open(file, shape, { start: a.start, end: a.end, head: false }, {
+      replayInputs: true,
       ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
       ...(received ? { cacheSource: await this.weights.cacheSource(a, file, plan) } : {}),
       ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),

@@ -2,6 +2,7 @@
 // in the runtime's packed bytes (issue 14: the file's bytes underpredicted, a probe block that
 // carried the fixed step overpredicted by counting it once per block).
 import { describe, expect, test } from 'vitest';
+import { REPLAY_CHUNK_BYTES, replayScratchBytes } from '../runtime/memory-model.js';
 import { costCapacityBlocks, deviceCosts, stageCost } from './cost-model.js';
 import type { DeviceSpec, Fleet, ModelSizes } from './fleet.js';
 
@@ -23,11 +24,13 @@ function costs(device: Omit<DeviceSpec, 'name' | 'memoryBytes'>, tier: 'measured
 }
 
 describe('stage cost', () => {
-  test("a process's own memory is its fixed overhead plus the scratch that grows with the context, taken from what the device covers", () => {
+  test("a process's own memory is its fixed overhead, the scratch that grows with the context and a replay's, taken from what the device covers", () => {
     const sizes = { ...model, stageOverheadBytes: 200e6, scratchBytesPerPosition: 1000 };
     const c = costs({ stepMs: 1, blockMs: 2, memoryCoversRuntime: true }, 'measured', sizes);
-    expect(c.overheadBytes).toBe(200e6 + 1000 * 256);
-    expect(c.memoryBytes).toBe(1e12 - 200e6 - 1000 * 256);
+    const replay = replayScratchBytes(model.kvBytesPerTokenPerLayer, 256);
+    expect(replay).toBe(2 * REPLAY_CHUNK_BYTES);
+    expect(c.overheadBytes).toBe(200e6 + 1000 * 256 + replay);
+    expect(c.memoryBytes).toBe(1e12 - 200e6 - 1000 * 256 - replay);
   });
 
   test('bandwidth tier: blocks and head are priced by the packed bytes they read, plus the measured fixed step', () => {

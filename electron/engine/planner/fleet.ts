@@ -2,6 +2,7 @@
 // and validated here (zod) at the boundary; everything past parseFleetFile trusts these types.
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
+import { replayScratchBytes } from '../runtime/memory-model.js';
 import type { NatFiltering, NatMapping } from './nat-reach.js';
 
 /** Hard limits that keep a hostile or mistaken file from making the planner do unbounded work. */
@@ -184,9 +185,14 @@ const fleetSchema = z.strictObject({
 
 type RawSizes = z.infer<typeof sizesSchema>;
 
-/** Memory a stage process needs besides its blocks and head at `context` positions: the fixed overhead and the scratch that grows with the context. */
+/**
+ * Memory a stage process needs besides its blocks and head at `context` positions: the fixed
+ * overhead, the scratch that grows with the context and, where the runtime's own memory is modelled
+ * (stageOverheadBytes), what a re-plan's one-pass replay leaves (ring stages replay in one pass).
+ */
 export function stageOverheadAt(sizes: ModelSizes, context: number): number {
-  return (sizes.stageOverheadBytes ?? 0) + (sizes.scratchBytesPerPosition ?? 0) * context;
+  if (sizes.stageOverheadBytes === undefined) return (sizes.scratchBytesPerPosition ?? 0) * context;
+  return sizes.stageOverheadBytes + (sizes.scratchBytesPerPosition ?? 0) * context + replayScratchBytes(sizes.kvBytesPerTokenPerLayer, context);
 }
 
 /** Validates a parsed JSON value as a fleet file; throws FLEET_INVALID naming the bad field. */

@@ -18,6 +18,9 @@ import { testModelPath } from '../model/test-models.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import { batchedReplay, type ReplayMode } from './replay.js';
 import { replayKernelsExact } from './replay-exactness.js';
+import { freeCache } from './kv-store.js';
+import { replayRowBytes } from './memory-model.js';
+import { Stage, type StageOutput } from './stage.js';
 import { buildStageChain, type RequestCaches, type StageChain } from './stage-chain.js';
 
 let dir: string;
@@ -114,9 +117,10 @@ describe('replaying generated tokens in one pass', () => {
     }
   });
 
-  test('in chunks of 8 rows (a small scratch bound) it is still exact', async ({ skip }) => {
+  // A bound below one row's copies runs a row at a time; 7 rows' worth cuts 60 tokens unevenly.
+  test.for([[1, 'one row'], [7 * replayRowBytes(2 * 2 * 64 * 4, 100), 'about 7 rows']] as const)('in chunks of a %i-byte scratch bound (%s) it is still exact', async ([bytes], { skip }) => {
     if (!(await replayKernelsExact(4, 'cpu', 1))) skip('this machine\'s level-4 kernels give one row other bits in an n-row pass, so no replay runs in one pass (chunked or not) here');
-    const chain = await chainOf('q4_0', 4, 'auto', 1);
+    const chain = await chainOf('q4_0', 4, 'auto', bytes);
     try {
       const tokens = await generated(chain, 60);
       const steps = await rebuild(chain, tokens, false);
@@ -125,6 +129,28 @@ describe('replaying generated tokens in one pass', () => {
       expect(replayed.logits).toEqual(steps.logits);
     } finally {
       await chain.dispose();
+    }
+  });
+
+  test('a stage of the head alone replays a row in one run whose logits are the decode step\'s of its last position', async () => {
+    const file = models.q4_0!;
+    const shape = await modelShapeFromGguf(file, { maxPositions: CONTEXT });
+    const head = await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, { threads: 1 });
+    try {
+      expect(head.replays).toBe(false);
+      const n = 60;
+      const x = Float32Array.from({ length: n * shape.hidden }, (_, i) => Math.sin(i * 0.37));
+      const [replayed, stepped] = [head.emptyCache(CONTEXT), head.emptyCache(CONTEXT)];
+      const one = await head.forward({ kind: 'hidden', hidden: x, batch: 1, seq: n }, [replayed], { replay: true });
+      let last: StageOutput | undefined;
+      for (let j = 0; j < n; j++) last = await head.forward({ kind: 'hidden', hidden: x.subarray(j * shape.hidden, (j + 1) * shape.hidden), batch: 1, seq: 1 }, [stepped]);
+      expect(one.kind === 'logits' && last?.kind === 'logits').toBe(true);
+      expect((one as { logits: Float32Array }).logits).toEqual((last as { logits: Float32Array }).logits);
+      expect([replayed.length, stepped.length]).toEqual([n, n]);
+      freeCache(replayed);
+      freeCache(stepped);
+    } finally {
+      await head.dispose();
     }
   });
 

@@ -11,10 +11,10 @@
 // per-row attention; MatMulNBits at accuracy level 0 (f32 activations) differs between 1 row and 2
 // or more everywhere; at level 4 (int8 activations) it depends on the CPU's kernels (agreeing on
 // an AVX-512 machine, 4 bits differing on an AVX2 one), so replay-exactness.ts measures it on
-// this machine, and the decode-step replay stays where it is not exact (replayMode 'auto'). The
-// replay inputs are off by default (stage.ts prepareModel: their second attention path costs
-// memory the plan does not admit); without them each stage runs a replayed row as its own decode steps, still in one
-// trip round the ring.
+// this machine, and the decode-step replay stays where it is not exact (replayMode 'auto'). Ring
+// stages have the replay inputs (their plan admits the scratch a replay leaves: memory-model.ts
+// replayScratchBytes); a stage without them runs a replayed row as its own decode steps, still in
+// one trip round the ring.
 import type { OrtFeeds } from '../ort/session.js';
 import { i32Tensor } from '../ort/session.js';
 import { IO } from './stage-graph.js';

@@ -14,6 +14,7 @@ import { freeCache, KvStore, localKvHost } from './kv-store.js';
 import type { KvCache, KvHost } from './kv-store.js';
 import type { KvLayout, KvRun } from './kv-buffers.js';
 import { IO, attentionHeadDim, buildStageGraph, stageGraphBuilder } from './stage-graph.js';
+import { PREFILL_CHUNK_TOKENS, REPLAY_CHUNK_BYTES, replayRowBytes } from './memory-model.js';
 import type { DecoderShape, StageGraphOptions } from './stage-graph.js';
 import { encodeModel } from '../ort/onnx-graph.js';
 import { batchedReplay, replayFeeds, type ReplayMode } from './replay.js';
@@ -25,14 +26,6 @@ import { EmbeddingTable } from './embedding.js';
 import { modelFingerprint } from './shard-cache.js';
 import type { ShardCache, ShardSource } from './shard-cache.js';
 import type { WeightLayout } from './weights/convert.js';
-
-/**
- * A one-pass replay's rows per run hold at most about this much attention scratch (Stage.replayChunks):
- * a bound on the transient memory of a recovery. Each chunk reads the weights once more, but larger
- * ones copy the cache per row out of the CPU's caches: bench/replay.ts at 500 tokens, 1B Q4_0, median
- * of 3 rounds, replay / prefill: 16 MiB 1.93x, 32 MiB 1.97x, 64 MiB 1.61x, 96 MiB 1.70x, one chunk 7.1x.
- */
-const REPLAY_CHUNK_BYTES = 64 * 2 ** 20;
 
 export interface StageOptions extends Partial<StageGraphOptions> {
   provider?: ExecutionProvider;
@@ -198,6 +191,9 @@ export class Stage {
     if (tail !== 1 && !(this.verifies && Number.isInteger(tail) && tail >= 1 && tail <= seq)) throw new Error(`forward: logits of the last ${tail} of ${seq} positions need a head that verifies`);
     if (opts.replay === true) {
       if (batch !== 1 || opts.hiddenNorm === true) throw new Error('forward: a replay is one row, without hidden norms');
+      // A stage without blocks (the ring's head) has no cache to rebuild, and it slices the last
+      // position before its norm and projection: one pass runs them on the decode step's own row.
+      if (this.plan.start === this.plan.end && tail === 1) return this.run(x, caches, 1, seq, false, 1);
       // The logits of several positions (an exact verify of drafts) come from decode steps: the probe
       // that makes a one-pass replay exact covers the blocks' quantized matmuls, not the head's projection.
       return this.replayOnePass && tail === 1 ? this.replayChunks(x, caches[0]!, seq) : this.replaySteps(x, caches[0]!, seq, tail);
@@ -212,8 +208,9 @@ export class Stage {
    */
   private async replayChunks(x: Float32Array, cache: KvCache, seq: number): Promise<StageOutput> {
     const { hidden, kvHeads } = this.shape;
-    const perRow = 4 * (cache.length + seq) * kvHeads * attentionHeadDim(this.shape) * 4;
-    const rows = Math.max(8, Math.floor(this.replayChunkBytes / perRow));
+    const perRow = replayRowBytes(2 * kvHeads * attentionHeadDim(this.shape) * 4, cache.length + seq);
+    // At most a chunk's bytes (at least one row) and a prefill chunk's positions: the memory the plan admits.
+    const rows = Math.min(PREFILL_CHUNK_TOKENS, Math.max(1, Math.floor(this.replayChunkBytes / perRow)));
     if (rows >= seq) return this.run(x, [cache], 1, seq, false, 1, true);
     const out = new Float32Array(seq * hidden);
     let last: StageOutput | undefined;
@@ -286,9 +283,10 @@ async function prepareModel(
   accuracyLevel: NonNullable<StageOptions['accuracyLevel']>,
   provider: ExecutionProvider,
   /**
-   * The graph's replay inputs (stage-graph.ts). Off by default: the second attention path held about
-   * 41 MiB more RssAnon on a 3-block stage of 2048 wide (221 vs 262 MiB once open), memory the plan
-   * does not admit; without them a replayed row runs as decode steps inside each stage (replaySteps).
+   * The graph's replay inputs (stage-graph.ts). Off by default (one process never re-plans, and they
+   * cost a plain decode step about 3%); ring stages have them, and their plan admits the scratch a
+   * replay leaves (memory-model.ts replayScratchBytes). Without them a replayed row runs as decode
+   * steps inside each stage (replaySteps).
    */
   replayInputs: boolean,
   layout: WeightLayout,
