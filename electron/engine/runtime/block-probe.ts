@@ -205,6 +205,8 @@ export async function openBlockProbe(
       ...(opts.provider !== undefined ? { provider: opts.provider } : {}),
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
       accuracyLevel: opts.accuracyLevel ?? 4,
+      // Ring stages have the replay inputs (a re-plan replays in one pass): time the graphs they run.
+      replayInputs: true,
     };
     for (const end of [1, PROBE_BLOCKS]) stages.push(await Stage.open(file, modelShape, { start: 0, end, head: false }, stageOpts));
   } catch (e) {
