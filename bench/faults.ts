@@ -135,6 +135,8 @@ interface Trial {
   /** Kill → the host's re-plan start, ms. */
   detectMs: number | null;
   recoveries: Recovery[];
+  /** Σ fetch_bytes of the plans made after the kill (the planner's figure of what members lack). */
+  planFetchBytes: number;
   /** The survivors' loads in the re-plans of the trial. */
   loads: Load[];
   /** Wall time of the stream, ms. */
@@ -190,6 +192,8 @@ interface Load {
   member: string;
   source: string;
   transferredBytes: number;
+  /** Time receiving them, ms (absent when nothing was received). */
+  transferMs?: number;
   loadMs: number;
 }
 
@@ -245,7 +249,9 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
   const recoveries = (after.recoveries ?? []).filter((x) => x.epoch > before);
   const gap = killedAt > 0 ? stallAfter(got.pieces, killedAt) : undefined;
   const loads = names.filter((n) => !victims.includes(n)).flatMap((n) => r.member(n).events.slice(seenByMember.get(n)).filter((e) => e.event === 'ready')
-    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number })));
+    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}) })));
+  // What the re-plans' plans said the members must fetch (given what they hold), to set against what moved.
+  const planFetchBytes = r.host.events.slice(seenEvents).filter((e) => e.event === 'plan').reduce((n, e) => n + ((e.fetch_bytes as number | undefined) ?? 0), 0);
   return {
     trial, kind, victims, killAtToken,
     completed: got.error === undefined && got.done,
@@ -254,6 +260,7 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
     failureToNextTokenMs: gap ?? null,
     detectMs: recoveries[0] !== undefined && killedAt > 0 ? recoveries[0].startedAt - killedAt : null,
     recoveries,
+    planFetchBytes,
     loads,
     streamMs: got.endedAt - got.startedAt,
   };
@@ -277,7 +284,7 @@ try {
     trials.push(result);
     const gap = result.failureToNextTokenMs === null ? '-' : `${result.failureToNextTokenMs} ms`;
     const rec = result.recoveries[0];
-    const how = rec === undefined ? '' : ` (re-plan after ${result.detectMs} ms, took ${rec.durationMs} ms, ${(rec.bytesMoved / 2 ** 20).toFixed(1)} MiB moved; loads ${result.loads.map((l) => `${l.member} ${l.source} ${l.loadMs} ms`).join(', ')})`;
+    const how = rec === undefined ? '' : ` (re-plan after ${result.detectMs} ms, took ${rec.durationMs} ms, ${(rec.bytesMoved / 2 ** 20).toFixed(1)} MiB moved; loads ${result.loads.map(loadText).join(', ')})`;
     console.log(`trial ${t + 1}/${TRIALS} ${kind} kill ${result.victims.join('+')} at ${result.killAtToken}: ${result.identical ? 'identical' : result.completed ? 'DIFFERENT' : `FAILED (${result.error})`}, next token after ${gap}${how}`);
     if (t + 1 < TRIALS && !(await makeWhole(ring))) {
       console.error(JSON.stringify(summarize(await ring.status().catch(() => undefined))));
@@ -305,6 +312,12 @@ const summary = {
   wallS: Math.round((Date.now() - started) / 1000),
 };
 
+/** A survivor's load: its source, what it received and at what rate, and the whole load's time. */
+function loadText(l: Load): string {
+  const rate = l.transferMs !== undefined && l.transferMs > 0 && l.transferredBytes > 0 ? ` ${(l.transferredBytes / 2 ** 20).toFixed(0)} MiB at ${(l.transferredBytes / 1e3 / l.transferMs).toFixed(0)} MB/s,` : '';
+  return `${l.member} ${l.source}${rate} ${l.loadMs} ms`;
+}
+
 /** Kill -> next token less the wait for the re-plan and the re-plan itself (one re-plan only). */
 function afterReplan(t: Trial): number | null {
   if (t.failureToNextTokenMs === null || t.detectMs === null || t.recoveries.length !== 1) return null;
@@ -328,10 +341,10 @@ for (const kind of KINDS) {
 }
 console.log(`${'all'.padEnd(15)} ${String(summary.trials).padStart(6)} ${String(summary.completed).padStart(10)} ${String(summary.identical).padStart(10)} ${`${summary.failureToNextTokenMs.median ?? '-'} / ${summary.failureToNextTokenMs.max ?? '-'}`.padStart(29)} ${String(summary.replans).padStart(9)} ${String(summary.bytesMoved).padStart(12)}`);
 // After the re-plan: the replay of the generated tokens (or the prefill again, for a prefill kill) and the next token.
-console.log('\n| trial | kind | killed at token | kill -> re-plan ms | re-plan ms | MiB moved | survivors\' loads | after the re-plan ms | kill -> next token ms | text exact |\n|---|---|---|---|---|---|---|---|---|---|');
+console.log('\n| trial | kind | killed at token | kill -> re-plan ms | re-plan ms | MiB moved / planned | survivors\' loads | after the re-plan ms | kill -> next token ms | text exact |\n|---|---|---|---|---|---|---|---|---|---|');
 for (const t of trials) {
   const moved = t.recoveries.reduce((n, x) => n + x.bytesMoved, 0);
-  console.log(`| ${t.trial + 1} | ${t.kind} | ${t.killAtToken} | ${t.detectMs ?? '-'} | ${t.recoveries.map((x) => x.durationMs).join(' + ') || '-'} | ${(moved / 2 ** 20).toFixed(1)} | ${t.loads.map((l) => `${l.member} ${l.source} ${l.loadMs} ms`).join(', ') || '-'} | ${afterReplan(t) ?? '-'} | ${t.failureToNextTokenMs ?? '-'} | ${t.identical ? 'yes' : 'NO'} |`);
+  console.log(`| ${t.trial + 1} | ${t.kind} | ${t.killAtToken} | ${t.detectMs ?? '-'} | ${t.recoveries.map((x) => x.durationMs).join(' + ') || '-'} | ${(moved / 2 ** 20).toFixed(1)} / ${(t.planFetchBytes / 2 ** 20).toFixed(1)} | ${t.loads.map(loadText).join(', ') || '-'} | ${afterReplan(t) ?? '-'} | ${t.failureToNextTokenMs ?? '-'} | ${t.identical ? 'yes' : 'NO'} |`);
 }
 console.log(`re-plans after a fault: ${summary.replans} (median ${summary.recoveryMs.median ?? '-'} ms, max ${summary.recoveryMs.max} ms, ${summary.resumedRequests} requests resumed); members planned in again: ${summary.rejoins.replans} re-plans, ${summary.rejoins.bytesMoved} bytes moved`);
 const out = join(import.meta.dirname, 'results');
