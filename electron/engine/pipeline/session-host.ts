@@ -373,7 +373,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     // The host's own stages load while the members load theirs; unchanged ones are kept.
     const old = this.ring?.first;
     const blocks = hostBlocks(order[0]!.end, old?.plan.end);
-    // The first stage replays generated tokens in one pass after a re-plan, as members do (runtime/replay.ts).
+    // The first stage replays generated tokens in one pass after a re-plan, as members do (replay.ts).
     const first = blocks === 'none' ? undefined : blocks === 'keep' ? old : await Stage.open(file, shape, { start: 0, end: order[0]!.end, head: false }, { ...this.stageOptions(), replayInputs: true });
     this.head ??= await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, this.stageOptions());
     const hostStage = hostStageReady(stages.get(0)!, blocks);

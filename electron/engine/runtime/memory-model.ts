@@ -151,10 +151,11 @@ export function scratchBytes(shape: ScratchShape, head: boolean): number {
 }
 
 /**
- * A one-pass replay's rows per run hold at most about this much attention scratch (Stage.replayChunks):
- * a bound on the memory of a recovery. Each chunk reads the weights once more, but larger ones copy
- * the cache per row out of the CPU's caches: bench/replay.ts at 500 tokens, 1B Q4_0, median of 3
- * rounds, replay / prefill: 16 MiB 1.93x, 32 MiB 1.97x, 64 MiB 1.61x, 96 MiB 1.70x, one chunk 7.1x.
+ * A one-pass replay's rows per run hold at most about this much attention scratch
+ * (Stage.replayChunks): a bound on the memory of a recovery. Each chunk reads the weights once more,
+ * but larger ones copy the cache per row out of the CPU's caches: bench/replay.ts at 500 tokens, 1B
+ * Q4_0, median of 3 rounds, replay / prefill: 16 MiB 1.93x, 32 MiB 1.97x, 64 MiB 1.61x, 96 MiB
+ * 1.70x, one chunk 7.1x.
  */
 export const REPLAY_CHUNK_BYTES = 64 * 2 ** 20;
 
@@ -170,8 +171,9 @@ export function replayRowBytes(kvBytesPerTokenPerLayer: number, positions: numbe
 /**
  * What a ring stage keeps after a one-pass replay (its graph has the replay inputs): the arena
  * keeps its largest run, a chunk (or one row, where a row over `context` positions is larger),
- * SCRATCH_RETENTION times. Measured (a 4-block stage, 500 tokens replayed, 64 MiB chunks): RssAnon
- * 132 MiB over a decode-step replay at the 1B shape, 149 MiB at the 8B one (then 8-row chunks).
+ * SCRATCH_RETENTION times. Measured (a 4-block stage, 500 tokens replayed after 32, 64 MiB chunks,
+ * 2 threads): RssAnon 126 MiB over what a decode-step replay adds at the 1B shape, 125 MiB at the
+ * 8B one.
  */
 export function replayScratchBytes(kvBytesPerTokenPerLayer: number, context: number): number {
   return SCRATCH_RETENTION * Math.max(REPLAY_CHUNK_BYTES, replayRowBytes(kvBytesPerTokenPerLayer, context));

@@ -132,7 +132,7 @@ describe('replaying generated tokens in one pass', () => {
     }
   });
 
-  test('a stage of the head alone replays a row in one run whose logits are the decode step\'s of its last position', async () => {
+  test('a stage of the head alone replays a row with the logits of the decode step of its last position', async () => {
     const file = models.q4_0!;
     const shape = await modelShapeFromGguf(file, { maxPositions: CONTEXT });
     const head = await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, { threads: 1 });

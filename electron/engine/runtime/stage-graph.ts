@@ -90,7 +90,8 @@ export interface StageGraphOptions {
   precision?: StagePrecision;
   /**
    * Add the replay inputs (runtime/replay.ts): a row of generated tokens then runs as their decode
-   * steps in one pass. Every run must feed them (replayFeeds). Default off; ring stages have them (stage.ts prepareModel).
+   * steps in one pass. Every run must feed them (replayFeeds). Default off; ring stages have them
+   * (stage.ts prepareModel).
    */
   replayInputs?: boolean;
 }
