@@ -1,7 +1,8 @@
 // One IcePeer in its own process (so a test can put it in a network namespace), driven by JSON
 // lines: stdin takes {"signal": IceSignal} (from the other side) and {"send": text}; stdout gives
 // {"event":"signal","signal"}, {"event":"open","route"}, {"event":"data","text","route"} and
-// {"event":"closed","reason"}. `route` is the link's selected candidate pair at that moment.
+// {"event":"settled","route"} (once ICE nominated its pair) and {"event":"closed","reason"}.
+// `route` is the link's selected candidate pair at that moment.
 //   node --import tsx ice-peer-proc.ts initiator|responder [BIND_ADDRESS]
 import { createInterface } from 'node:readline';
 import { IcePeer, type IceLink, type IceSignal } from '../transport/ice-link.js';
@@ -28,6 +29,7 @@ peer.link.then((l) => {
   l.onData((bytes) => out({ event: 'data', text: new TextDecoder().decode(bytes), route: l.route() }));
   l.onClose((info) => out({ event: 'closed', reason: info.reason }));
   out({ event: 'open', route: l.route() });
+  void l.settledRoute().then((route) => out({ event: 'settled', route }));
 }, (err: unknown) => {
   out({ event: 'closed', reason: (err as Error).message });
 });

@@ -51,7 +51,12 @@ function pair(n: number, dual: boolean): [string, string] {
   return [...names];
 }
 
-/** Opens a link between peers in the two namespaces and sends one message over it; returns the initiator's route and the candidates offered. */
+/**
+ * Opens a link between peers in the two namespaces and sends one message over it; returns the
+ * pair the initiator's ICE nominated and the candidates offered. Not the pair at open: the channel
+ * opens on the first pair that answers, which with trickled candidates can be the IPv4 one, and
+ * ICE moves to the better pair before it nominates.
+ */
 async function link([nsA, nsB]: [string, string]): Promise<{ route: IceRouteEvent; candidates: string[] }> {
   const a: Proc = spawnIcePeer(procs, nsA, 'initiator');
   const b: Proc = spawnIcePeer(procs, nsB, 'responder');
@@ -60,8 +65,9 @@ async function link([nsA, nsB]: [string, string]): Promise<{ route: IceRouteEven
   expect(opened.map((e) => e.event)).toEqual(['open', 'open']);
   sendOn(a, 'over IPv6');
   expect((await waitEvent(b, (e) => e.event === 'data', 'the message')).text).toBe('over IPv6');
+  const settled = await waitEvent(a, (e) => e.event === 'settled', 'ICE to nominate a pair', 10_000);
   const candidates = [a, b].flatMap((p) => p.events.flatMap((e) => (e.event === 'signal' && (e.signal as { kind: string }).kind === 'candidate' ? [(e.signal as { candidate: string }).candidate] : [])));
-  return { route: opened[0]!.route as IceRouteEvent, candidates };
+  return { route: settled.route as IceRouteEvent, candidates };
 }
 
 describe(`ICE over IPv6 (network namespaces)${netnsSkipNote()}`, () => {

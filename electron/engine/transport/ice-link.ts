@@ -160,6 +160,7 @@ export class IceLink extends BaseLink {
   private parts: Buffer[] = [];
   private partBytes = 0;
   private readonly chunkBytes: number;
+  private readonly settledWaiters: Array<() => void> = [];
 
   constructor(private readonly pc: PeerConnection, private readonly dc: DataChannel, private readonly maxMessageBytes: number) {
     super();
@@ -169,6 +170,29 @@ export class IceLink extends BaseLink {
     dc.onError((err) => this.remoteGone(`data channel error: ${err}`));
     pc.onStateChange((state) => {
       if (state === 'disconnected' || state === 'failed' || state === 'closed') this.remoteGone(`ICE connection ${state}`);
+    });
+    pc.onIceStateChange((state) => {
+      if (state === 'completed') for (const settled of this.settledWaiters.splice(0)) settled();
+    });
+  }
+
+  /**
+   * The pair ICE settles on. libjuice selects the best pair that has answered so far (the channel
+   * opens on the first one) and nominates it once no better pair answered for a while (about 2 s),
+   * so `route()` at open can still be a lower-ranked pair. Resolves once ICE has nominated a pair
+   * ('completed'), or with the pair selected at `timeoutMs` or when the link closes first.
+   */
+  settledRoute(timeoutMs = 5000): Promise<IceRoute | undefined> {
+    return new Promise((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = (): void => {
+        clearTimeout(timer);
+        resolve(this.closed ? undefined : this.route());
+      };
+      if (this.closed || this.pc.iceState() === 'completed') return done();
+      timer = setTimeout(done, timeoutMs);
+      this.settledWaiters.push(done);
+      this.onClose(done);
     });
   }
 
