@@ -58,7 +58,9 @@ const LARGE_KINDS: Record<string, KindSpec> = {
   'prefill': { maxTokens: 32, killAt: () => -1, victims: 1 },
 };
 const SPECS = LARGE ? LARGE_KINDS : SMALL_KINDS;
-const KINDS = Object.keys(SPECS);
+/** KIWI_FAULTS_KINDS=decode-60,prefill: only these kinds (a shorter run of the ones a change is about). */
+const KINDS = process.env.KIWI_FAULTS_KINDS?.split(',') ?? Object.keys(SPECS);
+for (const k of KINDS) if (SPECS[k] === undefined) throw new Error(`KIWI_FAULTS_KINDS: no kind '${k}' (${Object.keys(SPECS).join(', ')})`);
 /** The large mode takes its kinds in turn (every kind in a 10-trial run), the small one at random. */
 const kindOf = (trial: number): string => (LARGE ? KINDS[trial % KINDS.length]! : pick(KINDS));
 

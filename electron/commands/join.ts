@@ -21,6 +21,7 @@ import { mappedUrl } from '../engine/transport/port-mapping.js';
 import { eventPrinter, untilStopped } from './session-io.js';
 import { PROVIDER_OPTION, resolveProviderFlag } from './provider-flag.js';
 import { standbyBudgetBytes } from '../engine/pipeline/standby.js';
+import { standbyOptions } from '../engine/pipeline/standby-member.js';
 
 export const joinCommand = defineCommand({
   name: 'join',
@@ -110,7 +111,7 @@ export const joinCommand = defineCommand({
         provider,
         ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
         shardCache: !booleanOption(ctx, 'no-shard-cache'),
-        ...(standbyBytes !== undefined ? { standby: { budgetBytes: standbyBytes } } : {}),
+        ...(standbyBytes !== undefined ? { standby: standbyOptions(standbyBytes, memoryBudget !== undefined) } : {}),
       },
       // `kiwi status` asks this member through a loopback control API (token in a 0600 file).
       control: true,

@@ -71,7 +71,7 @@ export interface SessionControlOptions {
   /** This member's assignment and stage timing, once the pipeline has one (overrides `memberRing`'s). */
   assignment?: () => SessionStatus['assignment'];
   /** Runs this member's part of the ring for each joined session; its assignment shows in status(). */
-  memberRing?: (session: MemberSession, onChange: () => void, join?: { standbyBytes?: number }) => MemberRing;
+  memberRing?: (session: MemberSession, onChange: () => void, join?: { standbyBytes?: number; memoryBudget?: boolean }) => MemberRing;
   /** Coalesces bursts of changes into one snapshot (ms). */
   coalesceMs?: number;
 }

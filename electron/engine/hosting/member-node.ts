@@ -6,6 +6,7 @@
 import { type FlowCapabilitiesOptions, flowCapabilities } from '../device/flow-capabilities.js';
 import type { KiwiError } from '../errors.js';
 import { RingMember, type RingMemberOptions } from '../pipeline/ring-member.js';
+import { standbyOptions } from '../pipeline/standby-member.js';
 import { loadOrCreateIdentity, type MemberIdentity } from '../session/identity.js';
 import { findOnLan } from '../session/lan-beacon.js';
 import { MemberSession, type JoinOptions } from '../session/member.js';
@@ -94,10 +95,10 @@ export async function createMemberNode(opts: MemberNodeOptions): Promise<MemberN
 }
 
 /** Joining from the UI: each joined session's RingMember, its assignment and flow shown in status(). */
-export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError) => void }): (session: MemberSession, onChange: () => void, join?: { standbyBytes?: number }) => MemberRing {
+export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError) => void }): (session: MemberSession, onChange: () => void, join?: { standbyBytes?: number; memoryBudget?: boolean }) => MemberRing {
   return (session, onChange, join) => {
     // The join form's standby setting (standby_gb), as `kiwi join --standby-gb`.
-    const ring = new RingMember(session, { ...opts, ...(join?.standbyBytes !== undefined ? { standby: { budgetBytes: join.standbyBytes } } : {}) });
+    const ring = new RingMember(session, { ...opts, ...(join?.standbyBytes !== undefined ? { standby: standbyOptions(join.standbyBytes, join.memoryBudget === true) } : {}) });
     // Errors are reported to the host by the RingMember itself; the UI's caller may also log them.
     ring.on('error', (err) => opts.onError?.(err));
     ring.on('assigned', onChange);

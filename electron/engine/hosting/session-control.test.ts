@@ -221,7 +221,7 @@ describe('control API', () => {
     const hosting = SessionStatus.parse(await (await call(host, 'POST', '/session/host', { model: 'tiny.gguf' })).json());
     expect((await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, standby_gb: -1 })).status).toBe(400);
     expect((await call(member, 'POST', '/session/join', { code: hosting.code, rendezvous: hosting.rendezvous, standby_gb: 2.5 })).status).toBe(200);
-    expect(standby).toEqual({ standbyBytes: 2_500_000_000 });
+    expect(standby).toEqual({ standbyBytes: 2_500_000_000, memoryBudget: false });
     await call(member, 'POST', '/session/leave');
     await rm(weightsDir, { recursive: true, force: true });
   });

@@ -49,7 +49,7 @@ export interface RingPlanInput {
   /** The share of the bottleneck the re-plan may give up to keep what devices hold (stage-drift-monitor.ts moveMargin); absent: the planner's. */
   moveMargin?: number | undefined;
   serving: ServedOrder | undefined;
-  /** Layers members reported holding on disk (their stage and standby layers, standby-host.ts), by member id: planned as held. */
+  /** Layers members reported holding on disk (their stage, built layers and standby layers, standby-host.ts), by member id: planned as held. */
   standbyHolds?: ReadonlyMap<string, readonly { start: number; end: number }[]>;
   model: ModelSizes;
   context: number;
@@ -62,9 +62,10 @@ export interface RingPlanInput {
 }
 
 /**
- * Plans the ring over `members` with the host first. What each device holds now (its stage in the
- * ring being served, and what it reported holding on disk: standby layers) goes in as `holds`: a re-plan keeps it where the bottleneck stays within the
- * planner's margin (planner/moves.ts), so less moves. Throws PLAN_INSUFFICIENT_MEMORY.
+ * Plans the ring over `members` with the host first. What each device holds now (a member: its
+ * stage in the ring being served and what it reported holding on disk, built or standby; the host:
+ * every layer) goes in as `holds` when re-planning: a re-plan keeps it where the bottleneck stays
+ * within the planner's margin (planner/moves.ts), so less moves. Throws PLAN_INSUFFICIENT_MEMORY.
  */
 export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: RingStage[] } {
   const held = new Map<string, { start: number; end: number }>();
@@ -75,8 +76,8 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
       if (s !== undefined && s.end > s.start) held.set(id, { start: s.start, end: s.end });
     });
   }
-  const host = serving?.order[0];
-  const hostHeld = host !== undefined && host.end > host.start ? [{ start: host.start, end: host.end }] : undefined;
+  // The host reads every layer from its own copy of the model: a re-plan that gives it more moves nothing.
+  const hostHeld = serving !== undefined ? [{ start: 0, end: input.model.layers }] : undefined;
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
   const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }> } => {
     const h = held.get(m.memberId);

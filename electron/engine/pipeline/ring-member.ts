@@ -34,6 +34,7 @@ import {
 } from './ring-protocol.js';
 import { checkStepInput, malformedFault, StepError, stepFailed, type StepInput } from './ring-step-input.js';
 import { StandbyKeeper, type StandbyOptions, type StandbyStatus } from './standby-member.js';
+import { layerRanges } from './standby.js';
 import { planBytes, WeightsPlans, WeightsReceipt, type WeightsSource } from './weights-receipt.js';
 import type { WeightsPlan } from './ring-protocol.js';
 
@@ -93,6 +94,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private readonly standby: StandbyKeeper | undefined;
   /** Whether the open stage was loaded from this member's own copy of the model (it holds every layer). */
   private stageLocal = false;
+  /** The ready assignment whose holds the host hears, and the reports in flight (in order). */
+  private held: { a: Assign; blockCount: number; local: boolean } | undefined;
+  private holdsReports: Promise<void> = Promise.resolve();
   private readonly plans = new WeightsPlans();
   private readonly attached = new WeakSet<SecureLink>();
   private closed = false;
@@ -118,8 +122,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       },
       warning: (err) => this.emit('warning', err),
     });
-    this.standby = opts.standby && new StandbyKeeper({ ...opts.standby, weightsDir: opts.weightsDir, ...(cache !== undefined ? { cache } : {}) }, {
-      send: (body) => this.send(body), done: (s) => this.emit('standby', s), warning: (err) => this.emit('warning', err),
+    this.standby = opts.standby && new StandbyKeeper({ ...opts.standby, weightsDir: opts.weightsDir, ...(cache !== undefined ? { cache } : {}), ...(opts.provider !== undefined ? { provider: opts.provider } : {}) }, {
+      send: (body) => this.send(body), heldChanged: () => this.reportHolds(), done: (s) => this.emit('standby', s), warning: (err) => this.emit('warning', err),
     });
     session.on('pipeline', (body) => this.onControl(body));
     session.on('pipeline-bytes', (bytes) => {
@@ -299,11 +303,33 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.standbyAfterReady(a, plan, shape.blockCount, source === 'local');
   }
 
-  /** Standby layers follow a ready stage; a member with its own copy of the model holds every layer already. */
+  /** A ready stage: the host hears what this member holds, and standby layers follow (a member with its own copy of the model holds every layer already). */
   private standbyAfterReady(a: Assign, plan: WeightsPlan, blockCount: number, local: boolean): void {
-    if (this.standby === undefined) return;
-    if (!local) return this.standby.ready(a, plan);
-    this.send({ kind: 'holds', ranges: [{ start: 0, end: blockCount }] });
+    this.held = { a, blockCount, local };
+    this.reportHolds();
+    if (!local) this.standby?.ready(a, plan);
+  }
+
+  /**
+   * Tells the host every layer this member holds on disk, with or without standby: its stage, the
+   * layers its shard cache keeps built from earlier ranges, its standby layers; with its own copy
+   * of the model, all. The planner counts them as held, so a re-plan that hands them back plans
+   * (and moves) nothing for them. Reports go out in order, each for the assignment still current.
+   */
+  private reportHolds(): void {
+    const held = this.held;
+    if (held === undefined) return;
+    const { a, blockCount, local } = held;
+    this.holdsReports = this.holdsReports.then(async () => {
+      const built = local || this.opts.cache === undefined ? [] : (await this.opts.cache.builtLayers(a.model.fingerprint)).keys();
+      if (this.assignment !== a || this.closed) return;
+      const layers = local
+        ? [{ start: 0, end: blockCount }]
+        : layerRanges([...Array.from({ length: a.end - a.start }, (_, i) => a.start + i), ...built, ...(this.standby?.status().layers ?? [])].filter((L) => L < blockCount));
+      this.send({ kind: 'holds', ranges: layers });
+    }).catch((err: unknown) => {
+      if (!isKiwiError(err)) this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `The layers this member holds could not be listed for the host (re-plans may move them again): ${String(err)}`));
+    });
   }
 
   /** Once assigned layers, a member with a memory reserve watches free memory. */

@@ -51,7 +51,9 @@ describe.runIf(process.platform === 'linux')('admitted memory (real processes on
 
     const rv = procs.kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json');
     const rendezvous = (await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous')).url as string;
-    const host = procs.kiwiMeasured('host', '--model', model, '--port', '0', '--rendezvous', rendezvous, '--auto-approve', '--expect', '2', '--context', '256', '--parallel', '1', '--prompt-cache-mb', String(CACHE_MIB), '--json');
+    const host = procs.kiwiMeasured('host', '--model', model, '--port', '0', '--rendezvous', rendezvous, '--auto-approve', '--expect', '2', '--context', '256', '--parallel', '1', '--prompt-cache-mb', String(CACHE_MIB),
+      // A drift re-plan (a loaded machine) would start a new epoch with an empty prompt cache: this test fills it.
+      '--replan-drift', 'off', '--json');
     const code = (await waitEvent(host, (e) => e.event === 'session', 'the session code', 60_000)).code as string;
     // Both members have their own copy: this test is about memory, not transfer time.
     const ada = procs.kiwiMeasured('join', code, '--rendezvous', rendezvous, '--name', 'ada', '--model', model, '--json');

@@ -3,8 +3,9 @@
 // earlier layers stay verified on disk), which is what its `ready` and the host's `recovered`
 // report as moved. The streamed text stays exactly the text without failure. Each layer is stored
 // once on the member's disk (issue 14): its built file in the shard cache, the received bytes
-// released once built. Real processes on loopback, a synthetic 12-layer model so that ranges have
-// room to move.
+// released once built. Members report every layer they hold built, so after a rejoin and a second
+// kill the plan's fetch_bytes is what each survivor receives. Real processes on loopback, a
+// synthetic 12-layer model so that ranges have room to move.
 import { readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -129,6 +130,41 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     expect(after.recoveries?.[0]?.bytesMoved).toBe(moved);
     const recovered = ring.hostEvents('recovered');
     expect(recovered[0]?.bytes_moved).toBe(moved);
+
+    // Again after a rejoin: the restarted victim comes back with its shard cache (its first range
+    // built) and the survivors' ranges shrink (their grown ranges stay built in their caches). Every
+    // member tells the host all the layers it holds built, with or without standby layers, so when
+    // one more member dies the plan's fetch_bytes for each survivor is what it then receives.
+    await ring.startMember(victim);
+    const back = await ring.waitStatus((s) => s.phase === 'serving' && s.stages.some((x) => x.name === victim && (x.state === 'ready' || x.state === 'kept')), `${victim} back in the ring`, 60_000, 250);
+    const recoveriesBack = back.recoveries?.length ?? 0;
+    const second = back.stages.filter((s) => s.peer !== 0 && s.name !== victim).sort((a, b) => a.start - b.start)[0]!.name;
+    const survivors = names.filter((n) => n !== second);
+    const loadsBack = new Map(survivors.map((n) => [n, loadedRanges(ring.member(n).events).length]));
+    const plansBefore = ring.hostEvents('plan').length;
+    ring.signal(second, 'SIGKILL');
+    const last = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) > recoveriesBack, 'the ring serving after the second kill', 60_000, 250);
+    const plan = ring.hostEvents('plan').at(-1)!;
+    expect(ring.hostEvents('plan').length).toBeGreaterThan(plansBefore);
+    let planned = 0;
+    let movedAgain = 0;
+    let reusedBuilt = 0;
+    for (const name of survivors) {
+      const stage = (plan.stages as Array<{ device: string; start: number; end: number; fetch_bytes: number }>).find((s) => s.device === name);
+      if (stage === undefined) continue;
+      const loads = loadedRanges(ring.member(name).events);
+      const got = loads.length > loadsBack.get(name)! ? loads.at(-1)!.transferred : 0;
+      expect(stage.fetch_bytes, `${name}: planned ${JSON.stringify(stage)}, loads ${JSON.stringify(loads)}\n${ring.logs()}`).toBe(got);
+      planned += stage.fetch_bytes;
+      movedAgain += got;
+      // Layers this survivor runs now that were built in its cache but outside the stage it ran before the kill.
+      const before = back.stages.find((s) => s.name === name);
+      if (before !== undefined) reusedBuilt += lackedBytes(file, stage, [before]) - got;
+    }
+    console.log(`second kill (${second}): planned ${planned} B, moved ${movedAgain} B, reused from shard caches beyond the stages ${reusedBuilt} B`);
+    expect(last.recoveries?.at(-1)?.bytesMoved).toBe(movedAgain);
+    expect(plan.fetch_bytes).toBe(planned);
+    expect(reusedBuilt, `a survivor took back layers it held only in its shard cache\n${ring.logs()}`).toBeGreaterThan(0);
     expect(ring.hostEvents('error')).toEqual([]);
-  }, 180_000);
+  }, 240_000);
 });

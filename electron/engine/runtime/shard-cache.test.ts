@@ -171,6 +171,7 @@ describe('ShardCache', () => {
     expect(rebuilt.origin.source).toBe('built');
     await rebuilt.dispose();
     expect(await cache.builtLayerTags(await modelFingerprint(file))).toEqual(new Set(['b:0', 'b:1']));
+    expect(await cache.builtLayers(await modelFingerprint(file))).toEqual(new Map([[0, 'b:0'], [1, 'b:1']]));
   });
 
   test('the model fingerprint is a sha256 of the header and stable across opens', async () => {

@@ -210,19 +210,24 @@ export class ShardCache {
     return (await sizeOf(join(dir, `${name}.bin`))) === m.bytes ? m : undefined;
   }
 
-  /** The tags of the layers of `model` built here in the exact layout (a member counts them as held: it need not receive them again). */
-  async builtLayerTags(model: string): Promise<Set<string>> {
+  /** The layers of `model` built here in the exact layout, each with its tag (a member counts them as held: it need not receive them again). */
+  async builtLayers(model: string): Promise<Map<number, string>> {
     const form = layerForm({});
     const dir = this.modelDir(model);
     const names = await readdir(dir).catch(() => [] as string[]);
-    const tags = new Set<string>();
+    const layers = new Map<number, string>();
     for (const n of names) {
       const m = /^layer-(\d+)-(\w+)\.json$/.exec(n);
       if (m === null || m[2] !== form) continue;
       const manifest = await readJson<LayerManifest>(join(dir, n));
-      if (manifest !== undefined && (await this.layer(dir, Number(m[1]), manifest.tag, form)) !== undefined) tags.add(manifest.tag);
+      if (manifest !== undefined && (await this.layer(dir, Number(m[1]), manifest.tag, form)) !== undefined) layers.set(Number(m[1]), manifest.tag);
     }
-    return tags;
+    return layers;
+  }
+
+  /** The tags of the layers of `model` built here in the exact layout. */
+  async builtLayerTags(model: string): Promise<Set<string>> {
+    return new Set((await this.builtLayers(model)).values());
   }
 
   /** The model .onnx path of a complete entry for `key` whose range and layers match `source`'s tags, or undefined. */

@@ -27,6 +27,12 @@ import { modelFingerprint } from './shard-cache.js';
 import type { ShardCache, ShardSource } from './shard-cache.js';
 import type { WeightLayout } from './weights/convert.js';
 
+/**
+ * int8 activations inside quantized matmuls, as llama.cpp does (faster; every stage of every entry
+ * point — generate, serve, the ring — uses the same level, so splits stay exact).
+ */
+const DEFAULT_ACCURACY_LEVEL = 4;
+
 export interface StageOptions extends Partial<StageGraphOptions> {
   provider?: ExecutionProvider;
   threads?: number;
@@ -94,9 +100,7 @@ export class Stage {
    * range's weights, builds the graph (storing it in the cache, if any) and starts a session.
    */
   static async open(file: GgufFile, shape: DecoderShape, plan: StagePlan, opts: StageOptions = {}): Promise<Stage> {
-    // Default: int8 activations inside quantized matmuls, as llama.cpp does (faster; every stage of
-    // every entry point — generate, serve, the ring — uses the same level, so splits stay exact).
-    const accuracyLevel = opts.accuracyLevel ?? 4;
+    const accuracyLevel = opts.accuracyLevel ?? DEFAULT_ACCURACY_LEVEL;
     const layout = opts.weightLayout ?? 'exact';
     const provider = opts.provider ?? availableProviders()[0]!;
     // Without an override the factory may fall back to the next provider if the best fails to start.
@@ -105,7 +109,7 @@ export class Stage {
     const worker = (opts.worker ?? stageWorkerEnabled()) ? startSessionWorker() : undefined;
     let prepared: PreparedModel;
     try {
-      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? false, layout);
+      prepared = await prepareModel(file, shape, plan, opts.cache && { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, accuracyLevel, provider, opts.replayInputs ?? false, layout, true);
     } catch (err) {
       await worker?.dispose();
       throw err;
@@ -290,9 +294,11 @@ async function prepareModel(
    */
   replayInputs: boolean,
   layout: WeightLayout,
+  /** For a session now: the embedding table is read and large stages convert on worker threads; else (buildIntoCache) on this thread alone. */
+  forSession: boolean,
 ): Promise<PreparedModel> {
   // The embedding table is read while the weights are converted.
-  const embedded = plan.start === 0 ? EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : Promise.resolve(undefined);
+  const embedded = plan.start === 0 && forSession ? EmbeddingTable.fromGguf(file, shape.vocab, shape.hidden) : Promise.resolve(undefined);
   embedded.catch(() => undefined); // awaited below
   const t0 = performance.now();
   const cache = cached?.cache;
@@ -332,7 +338,7 @@ async function prepareModel(
     });
     // Matrices are converted on worker threads, a layer's in parallel, unless the stage is small
     // (a worker's start would cost more than it saves). Should a worker die, the build runs again here.
-    const pool = stageBytes(file, plan) >= POOL_MIN_BYTES ? new RepackPool() : undefined;
+    const pool = forSession && stageBytes(file, plan) >= POOL_MIN_BYTES ? new RepackPool() : undefined;
     let model: string;
     try {
       model = await build(pool);
@@ -347,6 +353,20 @@ async function prepareModel(
   // Without a cache the model is built in memory (small models, tests).
   const model = encodeModel(buildStageGraph(shape, await loadStageWeights(file, shape, plan, layout), { accuracyLevel, replayInputs })).model;
   return { model, embedding: await embedded, source: 'built', buildMs: performance.now() - t0 };
+}
+
+/**
+ * Builds the layers of `plan` into the shard cache and starts no session: layers a re-plan may give
+ * this process later (a member's standby layers) then open from the cache, as any cached layer
+ * does, instead of being converted on the recovery's critical path. One layer at a time on this
+ * thread (it runs beside a serving stage, which keeps the other cores), about one layer's bytes in
+ * flight. Returns the build's milliseconds (0: every layer was built already).
+ */
+export async function buildIntoCache(file: GgufFile, shape: DecoderShape, plan: StagePlan, opts: Pick<StageOptions, 'accuracyLevel' | 'cacheSource' | 'provider' | 'replayInputs' | 'weightLayout'> & { cache: ShardCache }): Promise<number> {
+  const provider = opts.provider ?? availableProviders()[0]!;
+  const { buildMs } = await prepareModel(file, shape, plan, { cache: opts.cache, source: { ...opts.cacheSource, path: file.path } }, opts.accuracyLevel ?? DEFAULT_ACCURACY_LEVEL, provider, opts.replayInputs ?? false, opts.weightLayout ?? 'exact', false);
+  collectGarbage(); // the converted layer's buffers, at once rather than at V8's next collection
+  return buildMs;
 }
 
 /** A stage of at least this many GGUF bytes converts on worker threads (runtime/weights/repack-pool.ts). */
