@@ -15,6 +15,7 @@
 // With --standby-gb, standby-member.ts keeps the layers beside its range on disk after each load.
 // Over ~400 lines: the assignment, the weights, standby and the ring steps of one stage meet here.
 import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { freeMemoryReader, watchFreeMemory, type MemoryWatch } from '../device/memory-watch.js';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { ProgressRate } from '../progress-rate.js';
@@ -37,6 +38,12 @@ import { StandbyKeeper, type StandbyOptions, type StandbyStatus } from './standb
 import { layerRanges } from './standby.js';
 import { planBytes, WeightsPlans, WeightsReceipt, type WeightsSource } from './weights-receipt.js';
 import type { WeightsPlan } from './ring-protocol.js';
+
+/**
+ * How long a stage must have been quiet before a standby layer is built: a build takes a core for
+ * about a second a layer at 8B, which a recovery's replays and the streams after it should not share.
+ */
+const STANDBY_IDLE_MS = 2000;
 
 export interface RingMemberOptions {
   /** This member's own copy of the model, if it has one (used when its fingerprint matches). */
@@ -105,6 +112,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private readonly weightsRate = new ProgressRate();
   /** Compute times (ms) of the recent steps of this stage, for status displays. */
   private readonly recentStepMs: number[] = [];
+  /** When the stage last ran a step (performance.now()): standby builds wait for a quiet stage. */
+  private lastStepAt = 0;
 
   constructor(
     private readonly session: MemberSession,
@@ -123,7 +132,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       warning: (err) => this.emit('warning', err),
     });
     this.standby = opts.standby && new StandbyKeeper({ ...opts.standby, weightsDir: opts.weightsDir, ...(cache !== undefined ? { cache } : {}), ...(opts.provider !== undefined ? { provider: opts.provider } : {}) }, {
-      send: (body) => this.send(body), heldChanged: () => this.reportHolds(), done: (s) => this.emit('standby', s), warning: (err) => this.emit('warning', err),
+      send: (body) => this.send(body), heldChanged: () => this.reportHolds(), idle: (signal) => this.whenIdle(signal),
+      done: (s) => this.emit('standby', s), warning: (err) => this.emit('warning', err),
     });
     session.on('pipeline', (body) => this.onControl(body));
     session.on('pipeline-bytes', (bytes) => {
@@ -332,6 +342,13 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     });
   }
 
+  /** Resolves once the stage has run no step for STANDBY_IDLE_MS (or on abort): background builds yield to the ring's work. */
+  private async whenIdle(signal: AbortSignal): Promise<void> {
+    for (let wait = 0; !signal.aborted && (wait = this.lastStepAt + STANDBY_IDLE_MS - performance.now()) > 0; ) {
+      await sleep(wait, undefined, { signal }).catch(() => undefined);
+    }
+  }
+
   /** Once assigned layers, a member with a memory reserve watches free memory. */
   private startMemoryWatch(): void {
     const keepFreeBytes = this.opts.keepFreeBytes;
@@ -417,6 +434,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       const wire: WireOptions = { encoding: a.encoding, zstd: a.zstd };
       // Each stage adds its compute time, so the host sees per-stage timing without another message.
       const stepMs = performance.now() - t0;
+      this.lastStepAt = performance.now();
       this.recentStepMs.push(stepMs);
       if (this.recentStepMs.length > 64) this.recentStepMs.shift();
       const metadata = { ...frame.metadata, [`ms.${a.start}-${a.end}`]: stepMs.toFixed(3) };

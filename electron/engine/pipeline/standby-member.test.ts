@@ -58,6 +58,7 @@ describe('a member keeps standby layers', () => {
     const a = { kind: 'assign', epoch: 1, ...range, model: { fingerprint, name: 'stories260K.gguf', fileBytes: file.fileSize } } as Assign;
     const plan: WeightsPlan = { kind: 'weights-plan', epoch: 1, spans, http: { urls: server.urls, token } };
     keeper.ready(a, plan);
+    await new Promise((resolve) => setImmediate(resolve)); // the request follows a look at the model's sizes
     expect(sent).toEqual([{ kind: 'standby-request', epoch: 1, budgetBytes: bytes(all[0]!) + bytes(all[1]!) }]);
     // The host names four layers; two fit this member's budget.
     const first = await new Promise<StandbyStatus>((resolve) => {

@@ -6,7 +6,8 @@
 // against the host's sha256 like any transfer (span-fetch.ts). They are kept raw, as verified
 // spans of the member's partial GGUF (member-weights.ts). Once all are on disk they are built into
 // the shard cache, one layer at a time on the member's main thread (its stage keeps the worker and
-// the other cores), and their raw bytes are released: a re-plan that gives the member these layers
+// the other cores) whenever its stage has been quiet for a while (a recovery's replays and the
+// streams come first), and their raw bytes are released: a re-plan that gives the member these layers
 // then receives nothing and opens them as cached layers, with no conversion on the recovery's
 // critical path (a survivor's 8B load: about 2 s from built layers against 5.5 s building them).
 // Not under a memory budget (--memory-mb): a build holds about one built layer beyond the stage.
@@ -21,6 +22,7 @@ import type { ShardCache } from '../runtime/shard-cache.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { buildIntoCache } from '../runtime/stage.js';
+import { modelSizesFromGguf } from '../planner/model-sizes.js';
 import { builtSpans, layerSpans, partialCacheSource, tagOf } from './member-layers.js';
 import { PartialModel, type HashedSpan } from './member-weights.js';
 import type { Assign, MemberToHostBody, StandbyPlan, WeightsPlan } from './ring-protocol.js';
@@ -57,6 +59,8 @@ export interface StandbyIo {
   send: (body: MemberToHostBody) => void;
   /** The standby layers on disk changed (status().layers): the member tells the host what it holds. */
   heldChanged: () => void;
+  /** Resolves when the member's stage is quiet (or `signal` aborts): each layer's build waits for it. */
+  idle?: (signal: AbortSignal) => Promise<void>;
   /** A standby plan was worked through (every layer held, or the fetch stopped on a failure). */
   done: (s: StandbyStatus) => void;
   warning: (err: KiwiError) => void;
@@ -91,7 +95,22 @@ export class StandbyKeeper {
   ready(a: Assign, plan: WeightsPlan): void {
     this.context = { a, plan };
     this.state = 'waiting';
-    this.io.send({ kind: 'standby-request', epoch: a.epoch, budgetBytes: this.opts.budgetBytes });
+    void this.rawBudget(a).then((budgetBytes) => {
+      if (this.context?.a === a) this.io.send({ kind: 'standby-request', epoch: a.epoch, budgetBytes });
+    }).catch((err: unknown) => {
+      if (!isKiwiError(err)) this.io.warning(new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be asked for: ${String(err)}`));
+    });
+  }
+
+  /**
+   * GGUF bytes of standby layers that fit the disk budget: built, a layer takes the runtime's packed
+   * size (model-sizes.ts blockResidentBytes; Q4_0 about 1.3x its GGUF bytes), raw its own.
+   */
+  private async rawBudget(a: Assign): Promise<number> {
+    if (this.opts.cache === undefined || this.opts.build === false) return this.opts.budgetBytes;
+    const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
+    const sizes = modelSizesFromGguf(await openGguf(partial.path));
+    return Math.floor(this.opts.budgetBytes * Math.min(1, sizes.blockBytes / (sizes.blockResidentBytes ?? sizes.blockBytes)));
   }
 
   /** A new assignment: the fetch stops (the load needs the disk and the network) and resolves once it has. */
@@ -127,7 +146,7 @@ export class StandbyKeeper {
     const built = this.opts.cache !== undefined ? await this.opts.cache.builtLayerTags(a.model.fingerprint) : new Set<string>();
     // The host's choice, held to this member's own budget (nothing past the first layer that does not fit).
     const layers: StandbyPlan['layers'] = [];
-    let budget = this.opts.budgetBytes;
+    let budget = await this.rawBudget(a);
     for (const l of p.layers) {
       const bytes = l.spans.reduce((n, s) => n + s.bytes, 0);
       if (bytes > budget || (l.layer >= a.start && l.layer < a.end)) break;
@@ -167,15 +186,16 @@ export class StandbyKeeper {
    */
   private async build(a: Assign, file: GgufFile, partial: PartialModel, layers: StandbyPlan['layers'], signal: AbortSignal): Promise<void> {
     const cache = this.opts.cache;
-    if (cache === undefined || this.opts.build === false || layers.length === 0) return;
+    if (cache === undefined || this.opts.build === false || layers.length === 0) return; // as rawBudget() assumed
     this.state = 'building';
     const spans = layers.flatMap((l) => l.spans);
     const source = partialCacheSource(file, spans, (s) => partial.holds(s));
     const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
     const built = await cache.builtLayerTags(a.model.fingerprint);
     for (const l of layers) {
-      if (signal.aborted) return;
       if (built.has(source.layerTag!(l.layer))) continue;
+      await this.io.idle?.(signal);
+      if (signal.aborted) return;
       await buildIntoCache(file, shape, { start: l.layer, end: l.layer + 1, head: false }, {
         cache, cacheSource: source, replayInputs: true, ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}), ...(a.layout !== undefined ? { weightLayout: a.layout } : {}),
       });
