@@ -64,8 +64,9 @@ export interface RingPlanInput {
 /**
  * Plans the ring over `members` with the host first. What each device holds now (a member: its
  * stage in the ring being served and what it reported holding on disk, built or standby; the host:
- * every layer) goes in as `holds` when re-planning: a re-plan keeps it where the bottleneck stays
- * within the planner's margin (planner/moves.ts), so less moves. Throws PLAN_INSUFFICIENT_MEMORY.
+ * every layer) goes in as `holds` when re-planning, and the range each stage runs as `runs`: a
+ * re-plan keeps them where the bottleneck stays within the planner's margin (planner/moves.ts), so
+ * less moves and fewer stages reopen. Throws PLAN_INSUFFICIENT_MEMORY.
  */
 export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: RingStage[] } {
   const held = new Map<string, { start: number; end: number }>();
@@ -78,11 +79,12 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
   }
   // The host reads every layer from its own copy of the model: a re-plan that gives it more moves nothing.
   const hostHeld = serving !== undefined ? [{ start: 0, end: input.model.layers }] : undefined;
+  const hostRuns = serving?.order[0];
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
-  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }> } => {
+  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: { start: number; end: number } } => {
     const h = held.get(m.memberId);
     const all = [...(h !== undefined ? [h] : []), ...(input.standbyHolds?.get(m.memberId) ?? []).map((r) => ({ start: r.start, end: r.end }))];
-    return all.length > 0 ? { holds: all } : {};
+    return { ...(all.length > 0 ? { holds: all } : {}), ...(h !== undefined ? { runs: h } : {}) };
   };
   const measured = (id: string): { blockMs?: number; stepMs?: number } => {
     const m = input.measuredBlockMs?.get(id);
@@ -93,7 +95,10 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     context: input.context,
     concurrency: input.concurrency,
     devices: [
-      { peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}), ...measured('') },
+      {
+        peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}),
+        ...(hostRuns !== undefined && hostRuns.end > hostRuns.start ? { runs: { start: hostRuns.start, end: hostRuns.end } } : {}), ...measured(''),
+      },
       ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m), ...measured(m.memberId) })),
     ],
     fallback: input.hostDevice,

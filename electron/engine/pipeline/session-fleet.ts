@@ -15,8 +15,10 @@ export interface SessionDevice {
   capabilities: Readonly<Record<string, unknown>> | undefined;
   /** Memory it can give now, when less than its capabilities say (it asked to shrink). */
   memoryBytes?: number;
-  /** Blocks it holds now (its stage in the ring being served): a re-plan keeps them where it can. */
+  /** Blocks it holds now (its stage, built and standby layers; the host: all): a re-plan keeps them where it can. */
   holds?: readonly LayerRange[];
+  /** The range its stage runs in the ring being served: a re-plan that moves as little keeps it. */
+  runs?: LayerRange;
   /** Its advertised direct addresses (none: relay only); the planner predicts its links from them and its NAT. */
   addresses?: readonly string[];
   /** Its block time as the ring measured it (stage-drift-monitor.ts): replaces what it reported. */
@@ -91,6 +93,7 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       // The host (devices[0]) serves the API as well: its process holds more than a member's runtime.
       ...(i === 0 && spec.memoryCoversRuntime === true ? { servesApi: true } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
+      ...(d.runs !== undefined ? { runs: { start: d.runs.start, end: d.runs.end } } : {}),
     };
   });
   const index = new Map(input.devices.map((d, i) => [d.peer, i]));

@@ -109,6 +109,8 @@ export interface DeviceSpec {
    * assignments): a re-plan prefers divisions that fetch fewer blocks (plan.ts, MOVE_MARGIN).
    */
   holds?: LayerRange[];
+  /** The range its stage runs now: among divisions that fetch as little, a re-plan prefers keeping stages as they run. */
+  runs?: LayerRange;
 }
 
 export interface PairRtt {

@@ -6,8 +6,8 @@ import { KiwiError } from '../errors.js';
 import { memoryShortfall } from './admission.js';
 import { proportionalCounts, uniformCounts } from './baselines.js';
 import { chooseTier, deviceCosts, stageCost, stageMemoryBytes, type DeviceCost, type Tier } from './cost-model.js';
-import type { Fleet } from './fleet.js';
-import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, type HeldPrefix } from './moves.js';
+import type { Fleet, LayerRange } from './fleet.js';
+import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, reopenBlocks, type HeldPrefix } from './moves.js';
 import { partitionChain } from './partition.js';
 import { orderRing, type Ring, type RingEdge } from './ring-order.js';
 
@@ -119,10 +119,16 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   let counts = chosen.part.counts;
   if (devices.some((d) => (d.holds?.length ?? 0) > 0)) {
     // Re-plans keep what members hold: the division within the margin of this head's best
-    // bottleneck that fetches the fewest blocks, unless the fastest one fetches no more.
+    // bottleneck that fetches the fewest blocks, then reopens the fewest (stages kept as they
+    // run), unless the fastest one does no worse.
     const bound = chosen.part.bottleneck * (1 + (options.moveMargin ?? MOVE_MARGIN));
-    const fewest = fewestMoves(costs, chosen.chain, model.layers, held, bound);
-    if (fewest !== null && fetched(held, chosen.chain, fewest) < fetched(held, chosen.chain, counts)) counts = fewest;
+    const runs = devices.map((d) => d.runs);
+    const fewest = fewestMoves(costs, chosen.chain, model.layers, held, bound, runs);
+    const work = (c: readonly number[]): [number, number] => [fetched(held, chosen.chain, c), reopened(runs, chosen.chain, c)];
+    if (fewest !== null) {
+      const [[fetchFewest, openFewest], [fetchFastest, openFastest]] = [work(fewest), work(counts)];
+      if (fetchFewest < fetchFastest || (fetchFewest === fetchFastest && openFewest < openFastest)) counts = fewest;
+    }
   }
   const division = evaluate(costs, chosen.chain, counts, held);
   const edges = rotate(ring.edges, chosen.r);
@@ -184,6 +190,17 @@ function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiErr
 }
 
 /** Blocks the chain fetches under `counts`. */
+function reopened(runs: ReadonlyArray<LayerRange | undefined>, chain: readonly number[], counts: readonly number[]): number {
+  let start = 0;
+  let n = 0;
+  chain.forEach((device, i) => {
+    const k = counts[i] as number;
+    n += reopenBlocks(runs, device, start, start + k);
+    start += k;
+  });
+  return n;
+}
+
 function fetched(held: HeldPrefix, chain: readonly number[], counts: readonly number[]): number {
   let start = 0;
   let n = 0;
