@@ -5,8 +5,8 @@
 // model's URL or the host's range server with the token of its weights plan, each span verified
 // against the host's sha256 like any transfer (span-fetch.ts). They are kept raw, as verified
 // spans of the member's partial GGUF (member-weights.ts). Once all are on disk they are built into
-// the shard cache, one layer at a time on the member's main thread (its stage keeps the worker and
-// the other cores) whenever its stage has been quiet for a while (a recovery's replays and the
+// the shard cache, one layer at a time on one worker thread (a core; the stage keeps its own)
+// whenever its stage has been quiet for a while (a recovery's replays and the
 // streams come first), and their raw bytes are released: a re-plan that gives the member these layers
 // then receives nothing and opens them as cached layers, with no conversion on the recovery's
 // critical path (a survivor's 8B load: about 2 s from built layers against 5.5 s building them).

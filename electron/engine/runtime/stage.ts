@@ -294,7 +294,7 @@ async function prepareModel(
    */
   replayInputs: boolean,
   layout: WeightLayout,
-  /** For a session now: the embedding table is read and large stages convert on worker threads; else (buildIntoCache) on this thread alone. */
+  /** For a session now: the embedding table is read and large stages convert on worker threads; else (buildIntoCache) on one worker. */
   forSession: boolean,
 ): Promise<PreparedModel> {
   // The embedding table is read while the weights are converted.
@@ -338,7 +338,8 @@ async function prepareModel(
     });
     // Matrices are converted on worker threads, a layer's in parallel, unless the stage is small
     // (a worker's start would cost more than it saves). Should a worker die, the build runs again here.
-    const pool = forSession && stageBytes(file, plan) >= POOL_MIN_BYTES ? new RepackPool() : undefined;
+    // A build for later (buildIntoCache) converts on one worker: a core, and the event loop stays free.
+    const pool = !forSession ? new RepackPool(1) : stageBytes(file, plan) >= POOL_MIN_BYTES ? new RepackPool() : undefined;
     let model: string;
     try {
       model = await build(pool);
@@ -358,9 +359,9 @@ async function prepareModel(
 /**
  * Builds the layers of `plan` into the shard cache and starts no session: layers a re-plan may give
  * this process later (a member's standby layers) then open from the cache, as any cached layer
- * does, instead of being converted on the recovery's critical path. One layer at a time on this
- * thread (it runs beside a serving stage, which keeps the other cores), about one layer's bytes in
- * flight. Returns the build's milliseconds (0: every layer was built already).
+ * does, instead of being converted on the recovery's critical path. Matrices convert on one worker
+ * thread (it runs beside a serving stage: one core, and this thread's event loop keeps serving),
+ * about one layer's bytes in flight. Returns the build's milliseconds (0: the range was built).
  */
 export async function buildIntoCache(file: GgufFile, shape: DecoderShape, plan: StagePlan, opts: Pick<StageOptions, 'accuracyLevel' | 'cacheSource' | 'provider' | 'replayInputs' | 'weightLayout'> & { cache: ShardCache }): Promise<number> {
   const provider = opts.provider ?? availableProviders()[0]!;
