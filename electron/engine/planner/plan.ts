@@ -6,7 +6,7 @@ import { KiwiError } from '../errors.js';
 import { memoryShortfall } from './admission.js';
 import { proportionalCounts, uniformCounts } from './baselines.js';
 import { chooseTier, deviceCosts, stageCost, stageMemoryBytes, type DeviceCost, type Tier } from './cost-model.js';
-import type { Fleet, LayerRange } from './fleet.js';
+import type { Fleet } from './fleet.js';
 import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, reopenBlocks, type HeldPrefix } from './moves.js';
 import { partitionChain } from './partition.js';
 import { orderRing, type Ring, type RingEdge } from './ring-order.js';
@@ -124,7 +124,9 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
     const bound = chosen.part.bottleneck * (1 + (options.moveMargin ?? MOVE_MARGIN));
     const runs = devices.map((d) => d.runs);
     const fewest = fewestMoves(costs, chosen.chain, model.layers, held, bound, runs);
-    const work = (c: readonly number[]): [number, number] => [fetched(held, chosen.chain, c), reopened(runs, chosen.chain, c)];
+    const work = (c: readonly number[]): [number, number] => [
+      overStages(chosen.chain, c, (d, s, e) => fetchBlocks(held, d, s, e)), overStages(chosen.chain, c, (d, s, e) => reopenBlocks(runs, d, s, e)),
+    ];
     if (fewest !== null) {
       const [[fetchFewest, openFewest], [fetchFastest, openFastest]] = [work(fewest), work(counts)];
       if (fetchFewest < fetchFastest || (fetchFewest === fetchFastest && openFewest < openFastest)) counts = fewest;
@@ -189,24 +191,13 @@ function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiErr
   return new KiwiError('PLAN_INSUFFICIENT_MEMORY', message, { device, short_by_bytes: short.shortByBytes });
 }
 
-/** Blocks the chain fetches under `counts`. */
-function reopened(runs: ReadonlyArray<LayerRange | undefined>, chain: readonly number[], counts: readonly number[]): number {
+/** Σ over the stages of `counts` along `chain` of `blocks(device, start, end)` (blocks fetched, blocks reopened). */
+function overStages(chain: readonly number[], counts: readonly number[], blocks: (device: number, start: number, end: number) => number): number {
   let start = 0;
   let n = 0;
   chain.forEach((device, i) => {
     const k = counts[i] as number;
-    n += reopenBlocks(runs, device, start, start + k);
-    start += k;
-  });
-  return n;
-}
-
-function fetched(held: HeldPrefix, chain: readonly number[], counts: readonly number[]): number {
-  let start = 0;
-  let n = 0;
-  chain.forEach((device, i) => {
-    const k = counts[i] as number;
-    n += fetchBlocks(held, device, start, start + k);
+    n += blocks(device, start, start + k);
     start += k;
   });
   return n;
