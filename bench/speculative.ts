@@ -35,6 +35,7 @@ import { buildStageChain } from '../electron/engine/runtime/stage-chain.js';
 import { DEFAULT_SAMPLING, Sampler } from '../electron/engine/runtime/sampling.js';
 import type { SpeculativeMode } from '../electron/engine/runtime/speculative.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
+import { SegmentedStage } from '../electron/engine/runtime/stage-segments.js';
 import type { KvCache } from '../electron/engine/runtime/kv-store.js';
 import { OracleDrafter } from '../electron/engine/runtime/test-support/oracle-drafter.js';
 import { createMemoryLinkPair, type Link } from '../electron/engine/transport/link.js';
@@ -69,8 +70,9 @@ async function securePair(delayMs: number, context: string): Promise<[SecureLink
 }
 
 /** A member: every message from `prev` is checked (checkStepInput, which rolls rejected drafts back), run on `stage` and sent to `next`. */
-function member(a: Assign, stage: Stage, prev: SecureLink, next: SecureLink): void {
-  const caches = new Map<number, KvCache>();
+function member(a: Assign, one: Stage, prev: SecureLink, next: SecureLink): void {
+  const stage = new SegmentedStage([one]);
+  const caches = new Map<number, KvCache[]>();
   let queue = Promise.resolve();
   prev.onMessage((bytes) => {
     const msg = bytes.slice();

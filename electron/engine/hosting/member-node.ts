@@ -98,7 +98,11 @@ export async function createMemberNode(opts: MemberNodeOptions): Promise<MemberN
 export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError) => void }): (session: MemberSession, onChange: () => void, join?: { standbyBytes?: number; memoryBudget?: boolean }) => MemberRing {
   return (session, onChange, join) => {
     // The join form's standby setting (standby_gb), as `kiwi join --standby-gb`.
-    const ring = new RingMember(session, { ...opts, ...(join?.standbyBytes !== undefined ? { standby: standbyOptions(join.standbyBytes, join.memoryBudget === true) } : {}) });
+    const ring = new RingMember(session, {
+      ...opts,
+      ...(join?.standbyBytes !== undefined ? { standby: standbyOptions(join.standbyBytes, join.memoryBudget === true) } : {}),
+      ...(join?.memoryBudget === true ? { growInPlace: false } : {}),
+    });
     // Errors are reported to the host by the RingMember itself; the UI's caller may also log them.
     ring.on('error', (err) => opts.onError?.(err));
     ring.on('assigned', onChange);

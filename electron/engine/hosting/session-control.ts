@@ -303,7 +303,7 @@ export class SessionControl implements ControlSource {
     const standbyBytes = standbyBudgetBytes(j.req.standby_gb, 'a standby disk budget');
     const ring = this.opts.memberRing?.(member, () => {
       if (this.joined === j && j.member === member) this.changed();
-    }, standbyBytes !== undefined ? { standbyBytes, memoryBudget: j.req.memory_mb !== undefined } : {});
+    }, { ...(standbyBytes !== undefined ? { standbyBytes } : {}), memoryBudget: j.req.memory_mb !== undefined });
     j.ring = ring;
     try {
       await member.connect();

@@ -34,7 +34,7 @@ function filled(capacity: number, length: number): KvCache {
   c.length = length;
   return c;
 }
-const stage: StageCaches = { shape: { hidden: HIDDEN }, emptyCache: (capacity) => kv.empty(capacity) };
+const stage: StageCaches = { shape: { hidden: HIDDEN }, emptyCache: (capacity) => [kv.empty(capacity)] };
 
 async function step(rows: StepRow[], seq: number): Promise<Uint8Array> {
   const tensor = { kind: 'hidden' as const, hidden: new Float32Array(rows.length * seq * HIDDEN), dims: [rows.length, seq, HIDDEN] as [number, number, number] };
@@ -43,7 +43,7 @@ async function step(rows: StepRow[], seq: number): Promise<Uint8Array> {
 
 describe('the prompt cache on a member stage', () => {
   it('keeps a finished request\'s prompt positions and seeds a later request from them', async () => {
-    const caches = new Map([[3, filled(32, 20)]]);
+    const caches = new Map([[3, [filled(32, 20)]]]);
     const prefixes = new PrefixKvStore();
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [], keep: [{ id: 3, entry: 1, length: 12 }] }), undefined, prefixes);
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [3] }), undefined, prefixes);
@@ -51,8 +51,8 @@ describe('the prompt cache on a member stage', () => {
     expect(prefixes.has(1)).toBe(true);
 
     const input = await checkStepInput(assign, stage, caches, await step([{ id: 4, pos: 10, cap: 48, from: 1 }], 5), undefined, prefixes);
-    const c = caches.get(4)!;
-    expect(input?.kind === 'step' && input.caches[0]).toBe(c);
+    const c = caches.get(4)![0]!;
+    expect(input?.kind === 'step' && input.caches[0]![0]).toBe(c);
     expect(c).toMatchObject({ length: 10, capacity: 48 });
     // Positions 0..9 of each head moved over exactly; nothing past them.
     const b = host.buffers.buffers(c.id);
@@ -64,7 +64,7 @@ describe('the prompt cache on a member stage', () => {
   });
 
   it('a step that names a dropped entry is out of step with the host (recomputed)', async () => {
-    const caches = new Map([[3, filled(32, 20)]]);
+    const caches = new Map([[3, [filled(32, 20)]]]);
     const prefixes = new PrefixKvStore();
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [3], keep: [{ id: 3, entry: 1, length: 12 }] }), undefined, prefixes);
     await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [], drop: [1] }), undefined, prefixes);

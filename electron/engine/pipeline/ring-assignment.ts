@@ -81,10 +81,12 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
   const hostHeld = serving !== undefined ? [{ start: 0, end: input.model.layers }] : undefined;
   const hostRuns = serving?.order[0];
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
-  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: { start: number; end: number } } => {
+  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: { start: number; end: number; grows?: boolean } } => {
     const h = held.get(m.memberId);
     const all = [...(h !== undefined ? [h] : []), ...(input.standbyHolds?.get(m.memberId) ?? []).map((r) => ({ start: r.start, end: r.end }))];
-    return { ...(all.length > 0 ? { holds: all } : {}), ...(h !== undefined ? { runs: h } : {}) };
+    // A member's range that grows opens only the added layers (ring-member.ts), unless it has a memory budget.
+    const grows = m.capabilities?.memory_budget_bytes === undefined;
+    return { ...(all.length > 0 ? { holds: all } : {}), ...(h !== undefined ? { runs: { ...h, ...(grows ? { grows } : {}) } } : {}) };
   };
   const measured = (id: string): { blockMs?: number; stepMs?: number } => {
     const m = input.measuredBlockMs?.get(id);

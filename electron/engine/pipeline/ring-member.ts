@@ -24,7 +24,10 @@ import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type StageInput } from '../runtime/stage.js';
-import { freeCache, type KvCache } from '../runtime/kv-store.js';
+import { growth, SegmentedStage, type SegmentCaches } from '../runtime/stage-segments.js';
+import { freeCache } from '../runtime/kv-store.js';
+import type { LayerRange } from '../runtime/layer-range.js';
+import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import type { MemberSession } from '../session/member.js';
 import { encodeStepFrame, firstNonFinite, type WireOptions } from '../transport/tensor-frame.js';
 import type { SecureLink } from '../transport/secure-link.js';
@@ -65,14 +68,23 @@ export interface RingMemberOptions {
   memoryCheckMs?: number;
   /** Standby layers beside its range, kept on disk within a budget (standby-member.ts; --standby-gb). */
   standby?: StandbyOptions;
+  /**
+   * A range that only grows opens the added layers beside the running stage (stage-segments.ts)
+   * rather than reopening it whole. Default yes; off under a memory budget (--memory-mb), which
+   * admits one session's scratch.
+   */
+  growInPlace?: boolean;
 }
 
 export interface RingMemberEvents {
   assigned: [a: { start: number; end: number; head: boolean }];
   /** At most a few a second (engine/progress-rate.ts), always the final one; rate in bytes/s, null until measured. */
   'weights-progress': [p: { receivedBytes: number; totalBytes: number; bytesPerSecond: number | null; etaSeconds: number | null; final: boolean }];
-  /** transferMs: obtaining the weights (first byte asked for to the last one hashed and on disk), within loadMs. */
-  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number; transferMs?: number }];
+  /**
+   * transferMs: obtaining the weights (first byte asked for to the last one hashed and on disk), within loadMs;
+   * segments: the sessions the stage runs in (more than one once a range grew in place, stage-segments.ts).
+   */
+  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number; transferMs?: number; segments: number }];
   /** Free memory fell below the reserve (low) or came back; memoryBytes: what this member asked to be planned with. */
   memory: [m: { low: boolean; freeBytes: number; memoryBytes: number | null }];
   /** The host will not plan this member (its --memory-mb cannot hold one layer): the member should stop. */
@@ -85,15 +97,15 @@ export interface RingMemberEvents {
 }
 
 export class RingMember extends EventEmitter<RingMemberEvents> {
-  private stage: Stage | undefined;
-  /** What the open stage holds: layers, model and context (a re-plan that keeps them keeps the stage). */
-  private stageKey = '';
+  private stage: SegmentedStage | undefined;
+  /** What the open stage runs: the model, context and layout (a re-plan that keeps them and the layers keeps the stage, one that grows its layers grows it). */
+  private stageModel = '';
   private assignment: Assign | undefined;
   private released: (() => void) | undefined;
   private memoryWatch: MemoryWatch | undefined;
   /** Bytes of the weights this member's current range reads (its memory need, with the KV cache on top). */
   private rangeBytes = 0;
-  private readonly caches = new Map<number, KvCache>();
+  private readonly caches = new Map<number, SegmentCaches>();
   /** This stage's part of the prompt cache (runtime/prefix-cache.ts); a new epoch starts without entries. */
   private prefixes: PrefixKvStore | undefined;
   private queue: Promise<void> = Promise.resolve();
@@ -240,7 +252,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
 
   /** Frees every request's cache and the prompt cache (a new assignment starts without them). */
   private dropCaches(): void {
-    for (const c of this.caches.values()) freeCache(c);
+    for (const c of this.caches.values()) for (const segment of c) freeCache(segment);
     this.caches.clear();
     this.prefixes?.clear();
     this.prefixes = undefined;
@@ -262,55 +274,93 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.send({ kind: 'assigned', epoch: a.epoch, start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });
     this.startMemoryWatch();
-    const key = JSON.stringify([a.start, a.end, a.model.fingerprint, a.maxPositions, a.layout ?? 'exact']);
-    if (this.stage !== undefined && this.stageKey === key) {
+    const model = JSON.stringify([a.model.fingerprint, a.maxPositions, a.layout ?? 'exact']);
+    const running = this.stage !== undefined && this.stageModel === model ? this.stage : undefined;
+    if (running !== undefined && running.plan.start === a.start && running.plan.end === a.end) {
       // The same layers as before: the running stage serves the new ring (only the caches went).
       const kept = await this.plans.next(a.epoch);
       this.rangeBytes = planBytes(kept);
       this.prefixes = new PrefixKvStore();
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
-      this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
-      if (this.assignment === a) this.standbyAfterReady(a, kept, this.stage.shape.blockCount, this.stageLocal);
+      this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs, segments: running.segments.length });
+      if (this.assignment === a) this.standbyAfterReady(a, kept, running.shape.blockCount, this.stageLocal);
       return;
     }
     const old = this.stage;
     this.stage = undefined;
-    this.stageKey = '';
-    await old?.dispose();
-    this.loadFraction = 0;
-    const plan = await this.plans.next(a.epoch);
-    this.rangeBytes = planBytes(plan);
-    const obtainAt = performance.now();
-    const { file, source, transferredBytes } = await this.weights.obtain(a, plan);
-    const transferMs = performance.now() - obtainAt;
-    this.loadFraction = 0.9;
-    const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
-    // A received model's layers are known to the shard cache by their spans' sha256; once built, their raw copy goes.
-    const received = source !== 'local' && this.opts.cache !== undefined;
-    // With the replay inputs: a re-plan's replay of generated tokens runs in one pass (runtime/replay.ts).
-    const stage = await Stage.open(file, shape, { start: a.start, end: a.end, head: false }, {
-      replayInputs: true,
-      ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
-      ...(received ? { cacheSource: await this.weights.cacheSource(a, file, plan) } : {}),
-      ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),
-      ...(this.opts.threads !== undefined ? { threads: this.opts.threads } : {}),
-      ...(a.layout !== undefined ? { weightLayout: a.layout } : {}),
-    });
-    if (received) await this.weights.releaseBuilt(a, file, plan);
+    this.stageModel = '';
+    // A range that grows keeps the running sessions and opens only the added layers beside them.
+    const grow = running !== undefined && this.opts.growInPlace !== false ? growth(running.plan, running.segments.length, a) : undefined;
+    const kept = grow !== undefined ? running : undefined;
+    if (kept === undefined) await old?.dispose();
+    let stage: SegmentedStage | undefined;
+    let source: WeightsSource;
+    let transferredBytes: number;
+    let transferMs: number;
+    let plan: WeightsPlan;
+    try {
+      this.loadFraction = 0;
+      plan = await this.plans.next(a.epoch);
+      this.rangeBytes = planBytes(plan);
+      const obtainAt = performance.now();
+      const obtained = await this.weights.obtain(a, plan);
+      ({ source, transferredBytes } = obtained);
+      transferMs = performance.now() - obtainAt;
+      this.loadFraction = 0.9;
+      if (kept === undefined) stage = new SegmentedStage(await this.openSegments(a, plan, obtained.file, source, [a]) as Stage[]);
+      else {
+        const [before, after] = await this.openSegments(a, plan, obtained.file, source, [grow?.before, grow?.after]);
+        stage = kept.grown(before, after);
+      }
+    } finally {
+      // The kept sessions go with a load that failed or was replaced.
+      if (stage === undefined) await kept?.dispose();
+    }
     if (this.closed || this.assignment !== a) {
       await stage.dispose();
       return;
     }
     this.stage = stage;
-    this.stageKey = key;
+    this.stageModel = model;
     this.stageLocal = source === 'local';
     this.prefixes = new PrefixKvStore();
     const loadMs = performance.now() - t0;
     this.send({ kind: 'ready', epoch: a.epoch, source, transferredBytes, loadMs });
-    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs });
+    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs, segments: stage.segments.length });
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
-    this.standbyAfterReady(a, plan, shape.blockCount, source === 'local');
+    this.standbyAfterReady(a, plan, stage.shape.blockCount, source === 'local');
+  }
+
+  /** Opens a segment of each range from the weights obtained for `a` (undefined for an undefined range). */
+  private async openSegments(a: Assign, plan: WeightsPlan, file: GgufFile, source: WeightsSource, ranges: ReadonlyArray<LayerRange | undefined>): Promise<Array<Stage | undefined>> {
+    const shape = await modelShapeFromGguf(file, { maxPositions: a.maxPositions });
+    // A received model's layers are known to the shard cache by their spans' sha256; once built, their raw copy goes.
+    const received = source !== 'local' && this.opts.cache !== undefined;
+    const cacheSource = received ? await this.weights.cacheSource(a, file, plan) : undefined;
+    const opened: Array<Stage | undefined> = [];
+    try {
+      for (const r of ranges) {
+        if (r === undefined) {
+          opened.push(undefined);
+          continue;
+        }
+        // With the replay inputs: a re-plan's replay of generated tokens runs in one pass (runtime/replay.ts).
+        opened.push(await Stage.open(file, shape, { start: r.start, end: r.end, head: false }, {
+          replayInputs: true,
+          ...(this.opts.cache !== undefined ? { cache: this.opts.cache } : {}),
+          ...(cacheSource !== undefined ? { cacheSource } : {}),
+          ...(this.opts.provider !== undefined ? { provider: this.opts.provider } : {}),
+          ...(this.opts.threads !== undefined ? { threads: this.opts.threads } : {}),
+          ...(a.layout !== undefined ? { weightLayout: a.layout } : {}),
+        }));
+      }
+    } catch (err) {
+      for (const s of opened) await s?.dispose();
+      throw err;
+    }
+    if (received) await this.weights.releaseBuilt(a, file, plan);
+    return opened;
   }
 
   /** A ready stage: the host hears what this member holds, and standby layers follow (a member with its own copy of the model holds every layer already). */

@@ -11,8 +11,8 @@ const assign: Assign = {
   model: { fingerprint: 'a'.repeat(64), name: 'm', fileBytes: 1 }, maxPositions: 64,
 };
 const kv = new KvStore(localKvHost({ layers: 1, kvHeads: 1, headDim: 4 }));
-/** A cache of `length` positions (checkStepInput reads only its length and capacity). */
-const cacheOf = (capacity: number, length = 0): KvCache => Object.assign(kv.empty(capacity), { length });
+/** A request's caches of `length` positions in a stage of two segments (checkStepInput reads only their lengths and capacity). */
+const cacheOf = (capacity: number, length = 0): KvCache[] => [Object.assign(kv.empty(capacity), { length }), Object.assign(kv.empty(capacity), { length })];
 const stage: StageCaches = { shape: { hidden: HIDDEN }, emptyCache: (capacity) => cacheOf(capacity) };
 
 function hidden(batch: number, seq: number, width = HIDDEN): StepTensor {
@@ -24,7 +24,7 @@ async function step(rows: StepRow[], seq = 1, opts: { epoch?: number; tensor?: S
   return encodeRingStep(await encodeStepFrame({ metadata: stepMetadata(opts.epoch ?? assign.epoch, 5, rows), tensor }, { encoding: 'f32', zstd: false }));
 }
 
-async function refusal(msg: Uint8Array, caches = new Map<number, KvCache>()): Promise<unknown> {
+async function refusal(msg: Uint8Array, caches = new Map<number, KvCache[]>()): Promise<unknown> {
   try {
     await checkStepInput(assign, stage, caches, msg);
   } catch (err) {
@@ -35,10 +35,10 @@ async function refusal(msg: Uint8Array, caches = new Map<number, KvCache>()): Pr
 
 describe('what a member stage takes from the previous stage', () => {
   it('opens a cache for a request\'s first step and hands the rows their caches', async () => {
-    const caches = new Map<number, KvCache>();
+    const caches = new Map<number, KvCache[]>();
     const input = await checkStepInput(assign, stage, caches, await step([{ id: 7, pos: 0, cap: 32 }], 4));
     expect(input).toMatchObject({ kind: 'step', batch: 1, seq: 4, meta: { epoch: 2, step: 5 } });
-    expect(caches.get(7)).toMatchObject({ length: 0, capacity: 32 });
+    expect(caches.get(7)).toMatchObject([{ length: 0, capacity: 32 }, { length: 0, capacity: 32 }]);
     expect(input?.kind === 'step' && input.caches[0]).toBe(caches.get(7));
   });
 
@@ -54,7 +54,7 @@ describe('what a member stage takes from the previous stage', () => {
     const input = await checkStepInput(assign, stage, caches, encodeRingEvent({ type: 'free', ids: [1] }));
     expect(input).toEqual({ kind: 'event', event: { type: 'free', ids: [1] } });
     expect([...caches.keys()]).toEqual([2]);
-    expect(() => kv.check(freed)).toThrow(/freed/);
+    for (const segment of freed) expect(() => kv.check(segment)).toThrow(/freed/);
   });
 
   it.each([
@@ -80,11 +80,11 @@ describe('what a member stage takes from the previous stage', () => {
     expect(err).toMatchObject({ code: 'RING_PROTOCOL', step: 5, kind: 'recoverable' });
   });
 
-  it('rolls a cache that holds more than the host says back to the row\'s position (speculative drafts it rejected)', async () => {
+  it('rolls a cache that holds more than the host says back to the row\'s position in every segment (speculative drafts it rejected)', async () => {
     const c = cacheOf(8, 6);
     const input = await checkStepInput(assign, stage, new Map([[1, c]]), await step([{ id: 1, pos: 3, cap: 8 }]));
     expect(input).toMatchObject({ kind: 'step', caches: [c] });
-    expect(c.length).toBe(3);
+    expect(c.map((segment) => segment.length)).toEqual([3, 3]);
   });
 
   it.each([

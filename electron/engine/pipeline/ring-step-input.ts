@@ -24,12 +24,12 @@ export class StepError extends KiwiError {
 
 export type StepInput =
   | { kind: 'event'; event: RingEvent }
-  | { kind: 'step'; frame: StepFrame; meta: ReturnType<typeof parseStepMetadata>; caches: KvCache[]; batch: number; seq: number };
+  | { kind: 'step'; frame: StepFrame; meta: ReturnType<typeof parseStepMetadata>; caches: KvCache[][]; batch: number; seq: number };
 
-/** What of the stage the check needs: its hidden size and fresh caches for new requests. */
+/** What of the stage the check needs: its hidden size and fresh caches for new requests (one per segment of the stage, stage-segments.ts). */
 export interface StageCaches {
   shape: { hidden: number };
-  emptyCache: (capacity: number) => KvCache;
+  emptyCache: (capacity: number) => KvCache[];
 }
 
 /**
@@ -38,19 +38,19 @@ export interface StageCaches {
  * undefined: another epoch's traffic, dropped. maxFrameBytes: default what the shape allows.
  * `prefixes`: this stage's part of the prompt cache (entries kept, dropped, and seeding new requests).
  */
-export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<number, KvCache>, msg: Uint8Array, maxFrameBytes?: number, prefixes?: PrefixKvStore): Promise<StepInput | undefined> {
+export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<number, KvCache[]>, msg: Uint8Array, maxFrameBytes?: number, prefixes?: PrefixKvStore): Promise<StepInput | undefined> {
   const kind = msg[0];
   if (kind === RingKind.EVENT) {
     const event = decodeRingEvent(msg.subarray(1));
     if (event.type === 'free') {
       for (const k of event.keep ?? []) {
         const c = caches.get(k.id);
-        if (c !== undefined && c.length >= k.length) prefixes?.keep(k.entry, [c], k.length);
+        if (c !== undefined && c[0]!.length >= k.length) prefixes?.keep(k.entry, c, k.length);
       }
       prefixes?.drop(event.drop ?? []);
       for (const id of event.ids) {
         const c = caches.get(id);
-        if (c !== undefined) freeCache(c);
+        for (const segment of c ?? []) freeCache(segment);
         caches.delete(id);
       }
     }
@@ -77,13 +77,15 @@ export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<
     }
     // Seeded from a prompt-cache entry this stage holds (else the request is recomputed without it).
     if (c === undefined && r.from !== undefined) {
-      c = prefixes?.seed(r.from, r.pos, r.cap)?.[0];
+      c = prefixes?.seed(r.from, r.pos, r.cap);
       if (c !== undefined) caches.set(r.id, c);
     }
+    // Every segment's cache holds the same positions: the first speaks for them.
+    const first = c?.[0];
     // Positions past `pos` are speculative drafts the host rejected: dropped (exactly) before the step.
-    if (c !== undefined && c.length > r.pos && c.capacity === r.cap) rollbackCache(c, r.pos);
-    if (c === undefined || c.length !== r.pos || c.capacity !== r.cap) {
-      throw new StepError(meta.step, `Request ${r.id} is at position ${r.pos} but this stage holds ${c?.length ?? 'no'} positions for it.`, 'recoverable');
+    if (c !== undefined && first!.length > r.pos && first!.capacity === r.cap) for (const segment of c) rollbackCache(segment, r.pos);
+    if (c === undefined || first!.length !== r.pos || first!.capacity !== r.cap) {
+      throw new StepError(meta.step, `Request ${r.id} is at position ${r.pos} but this stage holds ${first?.length ?? 'no'} positions for it.`, 'recoverable');
     }
     return c;
   });

@@ -24,12 +24,12 @@ afterAll(() => procs.dispose());
 interface Range { start: number; end: number }
 
 /** The ranges a member loaded, in order: each `ready` paired with the `assigned` before it. */
-function loadedRanges(events: readonly Event[]): Array<Range & { transferred: number; source: string }> {
-  const out: Array<Range & { transferred: number; source: string }> = [];
+function loadedRanges(events: readonly Event[]): Array<Range & { transferred: number; source: string; segments: number }> {
+  const out: Array<Range & { transferred: number; source: string; segments: number }> = [];
   let last: Range | undefined;
   for (const e of events) {
     if (e.event === 'assigned') last = { start: e.start as number, end: e.end as number };
-    if (e.event === 'ready' && last !== undefined) out.push({ ...last, transferred: e.transferred_bytes as number, source: e.source as string });
+    if (e.event === 'ready' && last !== undefined) out.push({ ...last, transferred: e.transferred_bytes as number, source: e.source as string, segments: e.segments as number });
   }
   return out;
 }
@@ -96,6 +96,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     const after = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
     let moved = 0;
     let grown = 0;
+    let grownInPlace = 0;
     for (const name of names.filter((n) => n !== victim)) {
       const loads = loadedRanges(ring.member(name).events);
       const stage = after.stages.find((s) => s.name === name);
@@ -109,6 +110,12 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
       moved += now.transferred;
       const full = stageTensorNames(file, now).reduce((sum, n) => sum + file.tensor(n)!.byteLength, 0);
       if (lacked < full && now.end - now.start > Math.max(...held.map((r) => r.end - r.start))) grown++;
+      // A range that contains the one it ran opens only the added layers beside its running session (stage-segments.ts).
+      const ran = held.at(-1)!;
+      if (now.start <= ran.start && ran.end <= now.end) {
+        expect(now.segments, `${name} grew ${ran.start}-${ran.end} to ${now.start}-${now.end} in place`).toBe(ran.segments + (now.start < ran.start ? 1 : 0) + (now.end > ran.end ? 1 : 0));
+        grownInPlace++;
+      }
     }
     // Disk: every layer the member loaded, once, as the shard cache keeps it; the received bytes of
     // built layers are released (only the GGUF header stays raw: the model-wide metadata). Weights
@@ -127,6 +134,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
       expect(disk - indexDisk, detail).toBeLessThanOrEqual(1.1 * (layerBytes + sharedBytes) + file.dataOffset);
     }
     expect(grown, `a survivor's range grew over layers it held\n${ring.logs()}`).toBeGreaterThan(0);
+    expect(grownInPlace, `a survivor's range grew around the one it ran (the planner prefers it: fewer blocks reopened)\n${ring.logs()}`).toBeGreaterThan(0);
     expect(after.recoveries?.[0]?.bytesMoved).toBe(moved);
     const recovered = ring.hostEvents('recovered');
     expect(recovered[0]?.bytes_moved).toBe(moved);

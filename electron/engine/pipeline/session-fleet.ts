@@ -3,7 +3,7 @@
 // that sent none, the host's own measurement as a stand-in; ring link RTTs as measured pairs.
 import { z } from 'zod';
 import { KiwiError } from '../errors.js';
-import type { DeviceSpec, Fleet, LayerRange, ModelSizes, PairRtt } from '../planner/fleet.js';
+import type { DeviceSpec, Fleet, LayerRange, ModelSizes, PairRtt, RunningRange } from '../planner/fleet.js';
 import { natFromCapabilities } from '../planner/nat-capabilities.js';
 import { planFleet } from '../planner/plan.js';
 import { toPlanJson, type PlanJson } from '../planner/plan-json.js';
@@ -18,7 +18,7 @@ export interface SessionDevice {
   /** Blocks it holds now (its stage, built and standby layers; the host: all): a re-plan keeps them where it can. */
   holds?: readonly LayerRange[];
   /** The range its stage runs in the ring being served: a re-plan that moves as little keeps it. */
-  runs?: LayerRange;
+  runs?: RunningRange;
   /** Its advertised direct addresses (none: relay only); the planner predicts its links from them and its NAT. */
   addresses?: readonly string[];
   /** Its block time as the ring measured it (stage-drift-monitor.ts): replaces what it reported. */
@@ -93,7 +93,7 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       // The host (devices[0]) serves the API as well: its process holds more than a member's runtime.
       ...(i === 0 && spec.memoryCoversRuntime === true ? { servesApi: true } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
-      ...(d.runs !== undefined ? { runs: { start: d.runs.start, end: d.runs.end } } : {}),
+      ...(d.runs !== undefined ? { runs: { start: d.runs.start, end: d.runs.end, ...(d.runs.grows === true ? { grows: true } : {}) } } : {}),
     };
   });
   const index = new Map(input.devices.map((d, i) => [d.peer, i]));

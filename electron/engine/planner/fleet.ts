@@ -110,7 +110,12 @@ export interface DeviceSpec {
    */
   holds?: LayerRange[];
   /** The range its stage runs now: among divisions that fetch as little, a re-plan prefers keeping stages as they run. */
-  runs?: LayerRange;
+  runs?: RunningRange;
+}
+
+/** A range a device's stage runs; `grows`: a range containing it opens only the blocks added (a ring member's segments, runtime/stage-segments.ts). */
+export interface RunningRange extends LayerRange {
+  grows?: boolean;
 }
 
 export interface PairRtt {

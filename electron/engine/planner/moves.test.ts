@@ -74,6 +74,13 @@ describe('re-plans that keep what members hold', () => {
     expect(moved.division.stages.map((s) => [s.start, s.end])).toEqual([[0, 10], [10, 32]]);
   });
 
+  it('counts only the added blocks as opened anew for a stage that grows in place (a member\'s segments)', () => {
+    const runs = [{ start: 9, end: 21, grows: true }, { start: 9, end: 21 }];
+    expect([reopenBlocks(runs, 0, 9, 21), reopenBlocks(runs, 0, 9, 32), reopenBlocks(runs, 0, 5, 21), reopenBlocks(runs, 0, 5, 32)]).toEqual([0, 11, 4, 15]);
+    // A range that does not contain what it runs opens whole, as does any change on a stage that does not grow.
+    expect([reopenBlocks(runs, 0, 10, 32), reopenBlocks(runs, 1, 9, 32), reopenBlocks(runs, 1, 9, 21), reopenBlocks(runs, 2, 0, 4)]).toEqual([22, 23, 0, 4]);
+  });
+
   it('plans as before when nobody holds anything, and says every block is fetched', () => {
     const devices: DeviceSpec[] = [
       { name: 'host', memoryBytes: 100 * GB, blockMs: 1 },
@@ -123,11 +130,11 @@ describe('re-plans that keep what members hold', () => {
             caps: fc.array(fc.integer({ min: 1, max: 10 }), { minLength: m, maxLength: m }),
             holds: fc.array(fc.array(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 4 })), { maxLength: 2 }), { minLength: m, maxLength: m }),
             slack: fc.integer({ min: 0, max: 20 }),
-            running: fc.array(fc.option(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 5 }))), { minLength: m, maxLength: m }),
+            running: fc.array(fc.option(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 5 }), fc.boolean())), { minLength: m, maxLength: m }),
           }),
         ),
         ({ layers, perBlock, caps, holds, slack, running }) => {
-          const runs = running.map((r) => (r === null ? undefined : { start: r[0], end: r[0] + r[1] }));
+          const runs = running.map((r) => (r === null ? undefined : { start: r[0], end: r[0] + r[1], grows: r[2] }));
           const costs: DeviceCost[] = perBlock.map((p, i) => ({ perBlock: p, head: 1, blockMemoryBytes: 1, headMemoryBytes: 0, memoryBytes: caps[i]! }));
           const chain = costs.map((_, i) => i);
           const held = heldPrefix(holds.map((hs) => hs.map(([start, len]) => ({ start, end: start + len }))), layers);

@@ -4,7 +4,7 @@
 // the very range it runs keeps its stage; any other range is a new session over all its blocks,
 // about 0.4 s a block at 8B on 2 cores even when every layer is built). Pure.
 import { costCapacityBlocks, memoryCapacityBlocks, stageCost, type DeviceCost } from './cost-model.js';
-import type { LayerRange } from './fleet.js';
+import type { LayerRange, RunningRange } from './fleet.js';
 
 /** A division is re-chosen to move less only when its bottleneck stays within this share of the best. */
 export const MOVE_MARGIN = 0.05;
@@ -29,10 +29,17 @@ export function fetchBlocks(held: HeldPrefix, device: number, start: number, end
   return end - start - ((p[end] as number) - (p[start] as number));
 }
 
-/** Blocks of the stage [start, end) that `device` must open anew: all of them, unless it runs exactly that range now. */
-export function reopenBlocks(runs: ReadonlyArray<LayerRange | undefined>, device: number, start: number, end: number): number {
+/**
+ * Blocks of the stage [start, end) that `device` must open anew: none when it runs exactly that
+ * range now; the added ones when the range contains what it runs and its stage grows in place
+ * (a member; past runtime/stage-segments.ts MAX_SEGMENTS it reopens whole, which this does not
+ * count); else all of them.
+ */
+export function reopenBlocks(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): number {
   const r = runs[device];
-  return r !== undefined && r.start === start && r.end === end ? 0 : end - start;
+  if (r === undefined) return end - start;
+  if (r.grows === true && start <= r.start && r.end <= end) return end - start - (r.end - r.start);
+  return r.start === start && r.end === end ? 0 : end - start;
 }
 
 /**
@@ -41,7 +48,7 @@ export function reopenBlocks(runs: ReadonlyArray<LayerRange | undefined>, device
  * blocks anew (`runs`: the range each device runs now); then the lowest bottleneck.
  * Returns the counts per chain position, or null when no division meets the bound.
  */
-export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number[], layers: number, held: HeldPrefix, bound: number, runs: ReadonlyArray<LayerRange | undefined> = []): number[] | null {
+export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number[], layers: number, held: HeldPrefix, bound: number, runs: ReadonlyArray<RunningRange | undefined> = []): number[] | null {
   const m = chain.length;
   if (m === 0 || layers < m) return null;
   const maxPerDevice = layers - (m - 1);

@@ -1,0 +1,75 @@
+// A ring member's stage as consecutive segments, each a Stage (its own onnxruntime session and
+// caches) over part of the member's range, run back to back. A re-plan that only grows a member's
+// range opens the added layers as a new segment beside the running ones instead of a session over
+// the whole range: onnxruntime prepacks every weight of a session at its creation (about 0.4 s a
+// layer at 8B on two cores, even from the shard cache), so reopening the layers it runs made a
+// survivor's load cost its whole new range. Splitting a range between sessions is exact (a ring
+// already splits the model between stages bit for bit), and a segment costs a step one more hop
+// to its session's thread, so the number of segments is bounded and a range that shrinks or moves
+// opens as one segment again.
+import type { KvCache } from './kv-store.js';
+import type { LayerRange } from './layer-range.js';
+import type { Stage, StageInput, StageOutput } from './stage.js';
+import type { StagePlan } from './stage-weights.js';
+
+/** Segments of one member's stage at most (each adds a hop to its session's thread per step). */
+export const MAX_SEGMENTS = 3;
+
+/** One request's caches in a segmented stage: one per segment, in order. */
+export type SegmentCaches = KvCache[];
+
+export class SegmentedStage {
+  constructor(readonly segments: readonly Stage[]) {
+    if (segments.length === 0) throw new Error('a segmented stage needs a segment');
+    for (let i = 1; i < segments.length; i++) {
+      if (segments[i]!.plan.start !== segments[i - 1]!.plan.end || segments[i - 1]!.plan.head) throw new Error('segments must follow each other, the head last');
+    }
+  }
+
+  get plan(): StagePlan {
+    const last = this.segments[this.segments.length - 1]!;
+    return { start: this.segments[0]!.plan.start, end: last.plan.end, head: last.plan.head };
+  }
+
+  get shape(): Stage['shape'] {
+    return this.segments[0]!.shape;
+  }
+
+  /** Caches for one request of at most `capacity` positions, one per segment. */
+  emptyCache(capacity: number): SegmentCaches {
+    return this.segments.map((s) => s.emptyCache(capacity));
+  }
+
+  /** Runs the segments in order (Stage.forward's contract); row b continues `caches[b]`. */
+  async forward(input: StageInput, caches: readonly SegmentCaches[], opts: Parameters<Stage['forward']>[2] = {}): Promise<StageOutput> {
+    let x = input;
+    for (let s = 0; ; s++) {
+      const segment = this.segments[s]!;
+      const out = await segment.forward(x, caches.map((c) => c[s]!), segment.plan.head ? opts : { ...opts, hiddenNorm: false, logitsTail: 1 });
+      if (s === this.segments.length - 1 || out.kind === 'logits') return out;
+      x = { kind: 'hidden', hidden: out.hidden, batch: x.batch, seq: x.seq };
+    }
+  }
+
+  /** This stage with the segments `before` and `after` (opened for the ranges growth() named) around it. */
+  grown(before: Stage | undefined, after: Stage | undefined): SegmentedStage {
+    return new SegmentedStage([...(before ? [before] : []), ...this.segments, ...(after ? [after] : [])]);
+  }
+
+  async dispose(): Promise<void> {
+    for (const s of this.segments) await s.dispose();
+  }
+}
+
+/**
+ * The ranges to open so that a stage of `segments` segments running `current` runs `next`: the
+ * layers before it and after it. Undefined when `next` does not contain `current` or would need
+ * more than MAX_SEGMENTS: then `next` opens as one segment.
+ */
+export function growth(current: LayerRange, segments: number, next: LayerRange): { before?: LayerRange; after?: LayerRange } | undefined {
+  if (next.start > current.start || next.end < current.end) return undefined;
+  const before = next.start < current.start ? { start: next.start, end: current.start } : undefined;
+  const after = next.end > current.end ? { start: current.end, end: next.end } : undefined;
+  if (segments + (before ? 1 : 0) + (after ? 1 : 0) > MAX_SEGMENTS) return undefined;
+  return { ...(before ? { before } : {}), ...(after ? { after } : {}) };
+}
