@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import type { ModelSizes } from '../planner/fleet.js';
 import type { MemberView, SessionStatus } from '../session/host.js';
 import { AUTO_WIRE_POLICY, EXACT_WIRE_POLICY, type WirePolicy } from './link-wire.js';
 import {
-  assignRing, bytesMoved, hostBlocks, hostStageReady, isRingPair, peerFaultAccepted, ringLoad, ringMemberIds, stageReported, type StageStatus,
+  assignRing, bytesMoved, hostBlocks, hostStageReady, isRingPair, peerFaultAccepted, planSessionRing, ringLoad, ringMemberIds, stageReported, type StageStatus,
 } from './ring-assignment.js';
 import type { RingStage } from './session-fleet.js';
 import { Assign } from './ring-protocol.js';
@@ -10,7 +11,7 @@ import { Assign } from './ring-protocol.js';
 const member = (peer: number): MemberView => ({
   memberId: `id${peer}`, name: `m${peer}`, fingerprint: 'abcd-0000', peer, state: 'active', connected: true, addresses: [], lastSeenMs: 0, capabilities: undefined,
 });
-const stage = (peer: number, start: number, end: number): RingStage => ({ peer, start, end, head: peer === 0 });
+const stage = (peer: number, start: number, end: number): RingStage => ({ peer, start, end, head: peer === 0, segments: 1 });
 type Links = SessionStatus['links'];
 const link = (a: number, b: number, kind: 'direct' | 'relayed', throughputMBps?: number): Links[number] => ({ a, b, state: 'up', kind, rttMs: 2, ...(throughputMBps !== undefined ? { throughputMBps } : {}) });
 const ringLinks = (peers: number[], kind: 'direct' | 'relayed' = 'direct'): Links => peers.map((p, i) => link(p, peers[(i + 1) % peers.length]!, kind, 1000));
@@ -60,6 +61,26 @@ describe('assignRing', () => {
     // What a member accepts: exact, fast or none; anything else is a protocol error.
     expect(Assign.safeParse(fast.assigns[0]!.message).success).toBe(true);
     expect(Assign.safeParse({ ...fast.assigns[0]!.message, layout: 'quick' }).success).toBe(false);
+  });
+
+  it('tells a survivor to grow in place only where the plan grew its range (not in a drift re-plan, not under a memory budget)', () => {
+    // bob ran [5, 8) and left; the host has room for one block beside the head, so ada's [2, 5) becomes [1, 8): a segment each side.
+    const sizes: ModelSizes = { name: 'm', layers: 8, blockBytes: 100_000_000, headBytes: 50_000_000, headResidentBytes: 100_000_000, kvBytesPerTokenPerLayer: 1024 };
+    const ada = (capabilities: MemberView['capabilities']): MemberView => ({ ...member(1), memberId: 'ada', name: 'ada', capabilities });
+    const replan = (capabilities: MemberView['capabilities'], growInPlace?: boolean) => {
+      const { order } = planSessionRing({
+        members: [ada(capabilities)], memoryLimits: new Map(), ...(growInPlace !== undefined ? { growInPlace } : {}),
+        serving: { order: [stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)], memberIds: ['ada', 'bob'] },
+        model: sizes, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 250_000_000 }, links: [],
+      });
+      const a = assignRing({ epoch: 4, order, members: [ada(capabilities)], links: ringLinks([0, 1]), hidden: 64, wirePolicy: EXACT_WIRE_POLICY, hostName: 'host', model, maxPositions: 256 });
+      return { stage: order[1]!, grow: a.assigns[0]!.message.grow };
+    };
+    const device = { fleet_device: { memory_bytes: 4_000_000_000 } };
+    expect(replan(device)).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, segments: 3 }, grow: true });
+    expect(replan(device, false)).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, segments: 1 }, grow: undefined });
+    expect(replan({ ...device, memory_budget_bytes: 4_000_000_000 })).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, segments: 1 }, grow: undefined });
+    expect(Assign.safeParse({ ...assign([stage(0, 0, 2), stage(1, 2, 8)], ringLinks([0, 1])).assigns[0]!.message, grow: 'yes' }).success).toBe(false);
   });
 
   it('lists the host loading and each member assigned, with the wire it sends', () => {

@@ -3,7 +3,7 @@
 // weights); the plan's inputs come from the ring being served, so a re-plan keeps what devices
 // hold; members' reports about their stage become its next status. Invariant: a stage's `receive`
 // is what its previous stage sends (token ids into the first member when the host runs no blocks).
-import type { DeviceSpec, ModelSizes } from '../planner/fleet.js';
+import type { DeviceSpec, ModelSizes, RunningRange } from '../planner/fleet.js';
 import type { PlanJson } from '../planner/plan-json.js';
 import type { MemberView, SessionStatus } from '../session/host.js';
 import type { ActivationEncoding, WireOptions } from '../transport/tensor-frame.js';
@@ -48,6 +48,8 @@ export interface RingPlanInput {
   measuredHopMs?: number | undefined;
   /** The share of the bottleneck the re-plan may give up to keep what devices hold (stage-drift-monitor.ts moveMargin); absent: the planner's. */
   moveMargin?: number | undefined;
+  /** Whether members' stages may grow in place (stage-drift-monitor.ts growInPlace; absent: they may, unless a member has a memory budget). */
+  growInPlace?: boolean;
   serving: ServedOrder | undefined;
   /** Layers members reported holding on disk (their stage, built layers and standby layers, standby-host.ts), by member id: planned as held. */
   standbyHolds?: ReadonlyMap<string, readonly { start: number; end: number }[]>;
@@ -69,23 +71,23 @@ export interface RingPlanInput {
  * less moves and fewer stages reopen. Throws PLAN_INSUFFICIENT_MEMORY.
  */
 export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: RingStage[] } {
-  const held = new Map<string, { start: number; end: number }>();
+  const held = new Map<string, { start: number; end: number; segments: number }>();
   const serving = input.serving;
   if (serving !== undefined) {
     serving.memberIds.forEach((id, i) => {
       const s = serving.order[i + 1];
-      if (s !== undefined && s.end > s.start) held.set(id, { start: s.start, end: s.end });
+      if (s !== undefined && s.end > s.start) held.set(id, { start: s.start, end: s.end, segments: s.segments });
     });
   }
   // The host reads every layer from its own copy of the model: a re-plan that gives it more moves nothing.
   const hostHeld = serving !== undefined ? [{ start: 0, end: input.model.layers }] : undefined;
   const hostRuns = serving?.order[0];
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
-  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: { start: number; end: number; grows?: boolean } } => {
+  const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: RunningRange } => {
     const h = held.get(m.memberId);
-    const all = [...(h !== undefined ? [h] : []), ...(input.standbyHolds?.get(m.memberId) ?? []).map((r) => ({ start: r.start, end: r.end }))];
+    const all = [...(h !== undefined ? [{ start: h.start, end: h.end }] : []), ...(input.standbyHolds?.get(m.memberId) ?? []).map((r) => ({ start: r.start, end: r.end }))];
     // A member's range that grows opens only the added layers (ring-member.ts), unless it has a memory budget.
-    const grows = m.capabilities?.memory_budget_bytes === undefined;
+    const grows = input.growInPlace !== false && m.capabilities?.memory_budget_bytes === undefined;
     return { ...(all.length > 0 ? { holds: all } : {}), ...(h !== undefined ? { runs: { ...h, ...(grows ? { grows } : {}) } } : {}) };
   };
   const measured = (id: string): { blockMs?: number; stepMs?: number } => {
@@ -188,6 +190,7 @@ export function assignRing(input: AssignmentInput): RingAssignment {
       model: input.model,
       maxPositions: input.maxPositions,
       ...(input.layout === 'fast' ? { layout: input.layout } : {}),
+      ...(s.segments > 1 ? { grow: true } : {}),
     };
     return { memberId: memberByPeer.get(s.peer)!.memberId, stage: s, message };
   });

@@ -290,8 +290,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     const old = this.stage;
     this.stage = undefined;
     this.stageModel = '';
-    // A range that grows keeps the running sessions and opens only the added layers beside them.
-    const grow = running !== undefined && this.opts.growInPlace !== false ? growth(running.plan, running.segments.length, a) : undefined;
+    // A range the plan grew keeps the running sessions and opens only the added layers beside them.
+    const grow = running !== undefined && a.grow === true && this.opts.growInPlace !== false ? growth(running.plan, running.segments.length, a) : undefined;
     const kept = grow !== undefined ? running : undefined;
     if (kept === undefined) await old?.dispose();
     let stage: SegmentedStage | undefined;

@@ -45,6 +45,8 @@ export const Assign = z.strictObject({
   maxPositions: z.number().int().min(1).max(16_777_216),
   /** How the stage lays out its weights (`kiwi host --weight-layout`, runtime/weights/convert.ts); absent: exact. Every stage of a ring uses the host's. */
   layout: z.enum(WEIGHT_LAYOUTS as ['exact', 'fast']).optional(),
+  /** The plan grew the member's running range in place (planner/moves.ts stageSegments): keep its sessions, open the added layers beside them. */
+  grow: z.boolean().optional(),
 });
 export type Assign = z.infer<typeof Assign>;
 

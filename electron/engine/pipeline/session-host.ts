@@ -272,7 +272,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       // Filtering the last ring's punches showed (edge-report.ts) and the addresses predict each link's kind.
       .map((m) => ({ ...m, capabilities: withPunchFiltering(m.capabilities, m.peer, this.session.status()) }));
     return planSessionRing({
-      members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, measuredHopMs: this.drift.hopMs, moveMargin: this.drift.moveMargin, serving: this.ring, standbyHolds: this.standby.holds, model: this.opts.modelSizes, context: model.shape.maxPositions,
+      members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, measuredHopMs: this.drift.hopMs, moveMargin: this.drift.moveMargin, growInPlace: this.drift.growInPlace, serving: this.ring, standbyHolds: this.standby.holds, model: this.opts.modelSizes, context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1, hostName: this.opts.hostName ?? 'host', hostDevice: this.hostDeviceLeft(), links: this.session.status().links,
       hostCapabilities: this.session.natCapabilities,
     });

@@ -5,7 +5,8 @@
 // over-reported its speed, a game started, thermal throttling), the measured costs of every stage
 // with a full window replace what devices reported in every later plan (ring-assignment.ts
 // measuredBlockMs): the stage's fixed part of a step stays the device's own (the plan's step_ms,
-// from its block probe) and the rest is its blocks, block_ms = (median stage ms - step_ms) / layers
+// from its block probe, paid once per segment of a stage grown in place) and the rest is its
+// blocks, block_ms = (median stage ms - segments × step_ms) / layers
 // (the host's from its own first blocks), so the next plan predicts that stage at its measured time
 // whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts,
 // as a member's join is: steps in flight finish, held requests carry on bit for bit). The planner
@@ -60,11 +61,12 @@ export function hopOverheadMs(t: StepTiming, order: readonly RingStage[], plan: 
 }
 
 /**
- * A stage's measured median split as the plan priced it: its device's fixed step part kept, the
- * rest over its layers; when the median is not above that fixed part, all of it over the layers.
+ * A stage's measured median split as the plan priced it: its device's fixed step part kept (once
+ * per segment the stage runs in), the rest over its layers; when the median is not above those
+ * fixed parts, all of it over the layers.
  */
-export function splitMeasured(medianMs: number, stepMs: number, layers: number): MeasuredCost {
-  return medianMs > stepMs ? { blockMs: (medianMs - stepMs) / layers, stepMs } : { blockMs: medianMs / layers, stepMs: 0 };
+export function splitMeasured(medianMs: number, stepMs: number, layers: number, segments = 1): MeasuredCost {
+  return medianMs > segments * stepMs ? { blockMs: (medianMs - segments * stepMs) / layers, stepMs } : { blockMs: medianMs / layers, stepMs: 0 };
 }
 
 /** A stage's measured ms of a step at `position` as at the start of a request, where the plan prices it (at least 0). */
@@ -158,6 +160,16 @@ export class DriftMonitor {
     return this.pending !== undefined && this.detector !== undefined ? this.detector.options.threshold : undefined;
   }
 
+  /**
+   * Whether the next re-plan may grow members' stages in place (runtime/stage-segments.ts): not
+   * one a drift asked for. A segment saves a recovery its survivors' reloads, but each costs a step
+   * a session run more, which a re-plan made to price stages from their measured times would
+   * only blur (an extra segment's cost is within the detector's noise on a small model).
+   */
+  get growInPlace(): boolean {
+    return this.pending === undefined;
+  }
+
   /** The re-plan asked for `reason` was not made (its plan would not change): no drift re-plan is pending. */
   unchanged(reason: string): void {
     if (this.pending?.reason === reason) this.pending = undefined;
@@ -196,12 +208,13 @@ export class DriftMonitor {
     for (const [i, s] of served.order.entries()) {
       const layers = s.end - s.start;
       const step = served.plan.stages[i]?.step_ms ?? 0;
+      const segments = served.plan.stages[i]?.segments ?? 1;
       if (i === 0) {
         if (layers > 0 && this.hostFirst.length >= window) this.blockMs.set('', splitMeasured(windowStats(this.hostFirst).median, step, layers));
         continue;
       }
       const ms = drift.medians[`${s.start}-${s.end}`];
-      if (ms !== undefined && layers > 0) this.blockMs.set(served.memberIds[i - 1]!, splitMeasured(ms, step, layers));
+      if (ms !== undefined && layers > 0) this.blockMs.set(served.memberIds[i - 1]!, splitMeasured(ms, step, layers, segments));
     }
     const reason = driftReason(drift);
     this.pending = { reason, drift, epoch: served.generation };

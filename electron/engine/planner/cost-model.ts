@@ -122,9 +122,12 @@ export function bandwidthMs(bytes: number, gbps: number): number {
   return (bytes / (gbps * 1e9)) * 1000;
 }
 
-/** Cost per token of a stage holding `blocks` blocks (and the head if `head`). */
-export function stageCost(c: DeviceCost, blocks: number, head: boolean): number {
-  return (c.step ?? 0) + blocks * c.perBlock + (head ? c.head : 0);
+/**
+ * Cost per token of a stage holding `blocks` blocks (and the head if `head`), run as `segments`
+ * sessions (a member's range grown in place, runtime/stage-segments.ts): each pays the fixed part of a step.
+ */
+export function stageCost(c: DeviceCost, blocks: number, head: boolean, segments = 1): number {
+  return segments * (c.step ?? 0) + blocks * c.perBlock + (head ? c.head : 0);
 }
 
 /** Memory a stage process needs, in bytes (its overhead included). */

@@ -116,6 +116,8 @@ export interface DeviceSpec {
 /** A range a device's stage runs; `grows`: a range containing it opens only the blocks added (a ring member's segments, runtime/stage-segments.ts). */
 export interface RunningRange extends LayerRange {
   grows?: boolean;
+  /** The sessions the stage runs in now (default 1). */
+  segments?: number;
 }
 
 export interface PairRtt {

@@ -4,7 +4,7 @@ import { isKiwiError } from '../errors.js';
 import { stageCost, type DeviceCost } from './cost-model.js';
 import type { DeviceSpec, Fleet, LayerRange } from './fleet.js';
 import { parseFleetFile } from './fleet.js';
-import { fetchBlocks, fewestMoves, heldPrefix, reopenBlocks } from './moves.js';
+import { fetchBlocks, fewestMoves, heldPrefix, reopenBlocks, stageSegments } from './moves.js';
 import { planFleet } from './plan.js';
 import { toPlanJson } from './plan-json.js';
 import { compositions } from './test-support/brute-force.js';
@@ -79,6 +79,25 @@ describe('re-plans that keep what members hold', () => {
     expect([reopenBlocks(runs, 0, 9, 21), reopenBlocks(runs, 0, 9, 32), reopenBlocks(runs, 0, 5, 21), reopenBlocks(runs, 0, 5, 32)]).toEqual([0, 11, 4, 15]);
     // A range that does not contain what it runs opens whole, as does any change on a stage that does not grow.
     expect([reopenBlocks(runs, 0, 10, 32), reopenBlocks(runs, 1, 9, 32), reopenBlocks(runs, 1, 9, 21), reopenBlocks(runs, 2, 0, 4)]).toEqual([22, 23, 0, 4]);
+    // Each side added is a segment; past runtime/stage-segments.ts MAX_SEGMENTS the range opens whole, as one.
+    expect([stageSegments(runs, 0, 9, 21), stageSegments(runs, 0, 9, 32), stageSegments(runs, 0, 5, 32), stageSegments(runs, 1, 9, 32)]).toEqual([1, 2, 3, 1]);
+    const twice = [{ start: 9, end: 21, grows: true, segments: 2 }];
+    expect([stageSegments(twice, 0, 9, 21), stageSegments(twice, 0, 9, 32), stageSegments(twice, 0, 5, 32), reopenBlocks(twice, 0, 5, 32)]).toEqual([2, 3, 1, 27]);
+  });
+
+  it('prices a stage grown in place with a step\'s fixed part per segment, and the plan says how many it runs', () => {
+    // m1 runs 16-32 and may grow; the host's 0-16 is as fast per block. Growing m1 down to 12 adds
+    // a segment (1 ms more a step), which the plan predicts.
+    const all = ranges([0, 32]);
+    const devices: DeviceSpec[] = [
+      { name: 'host', memoryBytes: 100 * GB, blockMs: 1, stepMs: 1, holds: all, runs: { start: 0, end: 12 } },
+      { name: 'm1', memoryBytes: 100 * GB, blockMs: 1, stepMs: 1, holds: all, runs: { start: 12, end: 32, grows: true } },
+    ];
+    const grown = planFleet(fleet(devices), { anchorMargin: Number.POSITIVE_INFINITY, moveMargin: 0.2 });
+    const stages = grown.division.stages.map((s) => ({ range: [s.start, s.end], segments: s.segments, cost: s.cost - s.step * s.segments - (s.end - s.start) }));
+    expect(stages.map((s) => s.cost)).toEqual([2, 0]);
+    expect(toPlanJson(fleet(devices), grown).stages.map((s) => s.segments)).toEqual(stages.map((s) => s.segments));
+    for (const s of grown.division.stages) expect(s.segments).toBe(s.device === 1 && s.start < 12 ? 2 : 1);
   });
 
   it('plans as before when nobody holds anything, and says every block is fetched', () => {
@@ -130,31 +149,34 @@ describe('re-plans that keep what members hold', () => {
             caps: fc.array(fc.integer({ min: 1, max: 10 }), { minLength: m, maxLength: m }),
             holds: fc.array(fc.array(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 4 })), { maxLength: 2 }), { minLength: m, maxLength: m }),
             slack: fc.integer({ min: 0, max: 20 }),
-            running: fc.array(fc.option(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 5 }), fc.boolean())), { minLength: m, maxLength: m }),
+            running: fc.array(fc.option(fc.tuple(fc.integer({ min: 0, max: 9 }), fc.integer({ min: 1, max: 5 }), fc.boolean(), fc.integer({ min: 1, max: 3 }))), { minLength: m, maxLength: m }),
+            step: fc.integer({ min: 0, max: 3 }),
           }),
         ),
-        ({ layers, perBlock, caps, holds, slack, running }) => {
-          const runs = running.map((r) => (r === null ? undefined : { start: r[0], end: r[0] + r[1], grows: r[2] }));
-          const costs: DeviceCost[] = perBlock.map((p, i) => ({ perBlock: p, head: 1, blockMemoryBytes: 1, headMemoryBytes: 0, memoryBytes: caps[i]! }));
+        ({ layers, perBlock, caps, holds, slack, running, step }) => {
+          const runs = running.map((r) => (r === null ? undefined : { start: r[0], end: r[0] + r[1], grows: r[2], segments: r[3] }));
+          const costs: DeviceCost[] = perBlock.map((p, i) => ({ perBlock: p, head: 1, step, blockMemoryBytes: 1, headMemoryBytes: 0, memoryBytes: caps[i]! }));
           const chain = costs.map((_, i) => i);
           const held = heldPrefix(holds.map((hs) => hs.map(([start, len]) => ({ start, end: start + len }))), layers);
-          const bound = Math.max(...perBlock) + slack;
-          const score = (counts: readonly number[]): { miss: number; open: number; end: number } => {
+          const bound = Math.max(...perBlock) + step + slack;
+          const score = (counts: readonly number[]): { miss: number; open: number; end: number; costs: number[] } => {
             let end = 0;
             let miss = 0;
             let open = 0;
-            counts.forEach((k, i) => {
+            const stageCosts = counts.map((k, i) => {
               miss += fetchBlocks(held, i, end, end + k);
               open += reopenBlocks(runs, i, end, end + k);
+              const c = stageCost(costs[i]!, k, i === 0, stageSegments(runs, i, end, end + k));
               end += k;
+              return c;
             });
-            return { miss, open, end };
+            return { miss, open, end, costs: stageCosts };
           };
           let best: { miss: number; open: number; worst: number } | null = null;
           for (const counts of compositions(layers, chain.length)) {
-            if (counts.some((k, i) => k > caps[i]! || stageCost(costs[i]!, k, i === 0) > bound)) continue;
-            const { miss, open } = score(counts);
-            const worst = Math.max(...counts.map((k, i) => stageCost(costs[i]!, k, i === 0)));
+            const { miss, open, costs: stageCosts } = score(counts);
+            if (counts.some((k, i) => k > caps[i]! || stageCosts[i]! > bound)) continue;
+            const worst = Math.max(...stageCosts);
             const better = best === null || miss < best.miss || (miss === best.miss && (open < best.open || (open === best.open && worst < best.worst)));
             if (better) best = { miss, open, worst };
           }
@@ -164,11 +186,11 @@ describe('re-plans that keep what members hold', () => {
             return;
           }
           expect(got).not.toBeNull();
-          const { miss, open, end } = score(got!);
+          const { miss, open, end, costs: stageCosts } = score(got!);
           expect(end).toBe(layers);
           expect(miss).toBe(best.miss);
           expect(open).toBe(best.open);
-          expect(Math.max(...got!.map((k, i) => stageCost(costs[i]!, k, i === 0)))).toBe(best.worst);
+          expect(Math.max(...stageCosts)).toBe(best.worst);
         },
       ),
       { numRuns: 300 },

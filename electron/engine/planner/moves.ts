@@ -1,8 +1,10 @@
 // Re-plans that keep what members hold (issue 15): which blocks each device holds now, how many a
 // stage would have to fetch, and, for a fixed chain, the division within a bottleneck bound that
 // fetches the fewest blocks and, among those, opens the fewest blocks anew (a device that keeps
-// the very range it runs keeps its stage; any other range is a new session over all its blocks,
-// about 0.4 s a block at 8B on 2 cores even when every layer is built). Pure.
+// the very range it runs keeps its stage, a member whose range grows opens the added blocks as
+// segments beside it; any other range is a new session over all its blocks, about 0.4 s a block at
+// 8B on 2 cores even when every layer is built). Pure.
+import { growth } from '../runtime/stage-segments.js';
 import { costCapacityBlocks, memoryCapacityBlocks, stageCost, type DeviceCost } from './cost-model.js';
 import type { LayerRange, RunningRange } from './fleet.js';
 
@@ -29,17 +31,25 @@ export function fetchBlocks(held: HeldPrefix, device: number, start: number, end
   return end - start - ((p[end] as number) - (p[start] as number));
 }
 
-/**
- * Blocks of the stage [start, end) that `device` must open anew: none when it runs exactly that
- * range now; the added ones when the range contains what it runs and its stage grows in place
- * (a member; past runtime/stage-segments.ts MAX_SEGMENTS it reopens whole, which this does not
- * count); else all of them.
- */
-export function reopenBlocks(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): number {
+/** How `device`'s stage over [start, end) runs after the re-plan: kept, grown in place (runtime/stage-segments.ts growth), or opened whole. */
+function nextStage(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): { reopen: number; segments: number } {
   const r = runs[device];
-  if (r === undefined) return end - start;
-  if (r.grows === true && start <= r.start && r.end <= end) return end - start - (r.end - r.start);
-  return r.start === start && r.end === end ? 0 : end - start;
+  if (r === undefined) return { reopen: end - start, segments: 1 };
+  const segments = r.segments ?? 1;
+  if (r.start === start && r.end === end) return { reopen: 0, segments };
+  const grown = r.grows === true ? growth(r, segments, { start, end }) : undefined;
+  if (grown === undefined) return { reopen: end - start, segments: 1 };
+  return { reopen: end - start - (r.end - r.start), segments: segments + (grown.before ? 1 : 0) + (grown.after ? 1 : 0) };
+}
+
+/** Blocks of the stage [start, end) that `device` must open anew: none when it runs that range now, the added ones when its stage grows in place, else all. */
+export function reopenBlocks(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): number {
+  return nextStage(runs, device, start, end).reopen;
+}
+
+/** The sessions `device`'s stage over [start, end) will run in (each pays the fixed part of a step, cost-model.ts stageCost). */
+export function stageSegments(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): number {
+  return nextStage(runs, device, start, end).segments;
 }
 
 /**
@@ -81,7 +91,10 @@ export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number
         if (before === INF) continue;
         const mv = before + fetchBlocks(held, d, s, e);
         const op = (open[s] as number) + reopenBlocks(runs, d, s, e);
-        const w = Math.max(worst[s] as number, stageCost(c, k, i === 0));
+        // A stage grown in place pays a step's fixed part per segment: within the bound or not at all.
+        const cost = stageCost(c, k, i === 0, stageSegments(runs, d, s, e));
+        if (cost > bound) continue;
+        const w = Math.max(worst[s] as number, cost);
         const better = mv !== nextMiss[e] ? mv < (nextMiss[e] as number) : op !== nextOpen[e] ? op < (nextOpen[e] as number) : w < (nextWorst[e] as number);
         if (better) {
           nextMiss[e] = mv;

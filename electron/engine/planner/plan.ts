@@ -6,8 +6,8 @@ import { KiwiError } from '../errors.js';
 import { memoryShortfall } from './admission.js';
 import { proportionalCounts, uniformCounts } from './baselines.js';
 import { chooseTier, deviceCosts, stageCost, stageMemoryBytes, type DeviceCost, type Tier } from './cost-model.js';
-import type { Fleet } from './fleet.js';
-import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, reopenBlocks, type HeldPrefix } from './moves.js';
+import type { Fleet, RunningRange } from './fleet.js';
+import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, reopenBlocks, stageSegments, type HeldPrefix } from './moves.js';
 import { partitionChain } from './partition.js';
 import { orderRing, type Ring, type RingEdge } from './ring-order.js';
 
@@ -35,8 +35,10 @@ export interface StagePlan {
   head: boolean;
   /** Per-token cost: ms, or a relative unit in the `memory` tier. */
   cost: number;
-  /** Of cost, the device's fixed part of a step (DeviceCost.step; 0 outside the time tiers). */
+  /** Of cost, the device's fixed part of a step (DeviceCost.step; 0 outside the time tiers), paid once per segment. */
   step: number;
+  /** The sessions the stage runs in: more than one when a member's range grows in place (planner/moves.ts stageSegments). */
+  segments: number;
   /** What the stage's step adds per cached position of its request (blocks × DeviceCost.position); not in cost, which is at position 0. */
   position: number;
   memoryBytes: number;
@@ -116,13 +118,13 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
     atAnchor != null && atAnchor.part.bottleneck - best.part.bottleneck <= margin * atAnchor.part.bottleneck ? atAnchor : best;
 
   const held = heldPrefix(devices.map((d) => d.holds), model.layers);
+  const runs = devices.map((d) => d.runs);
   let counts = chosen.part.counts;
   if (devices.some((d) => (d.holds?.length ?? 0) > 0)) {
     // Re-plans keep what members hold: the division within the margin of this head's best
     // bottleneck that fetches the fewest blocks, then reopens the fewest (stages kept as they
     // run), unless the fastest one does no worse.
     const bound = chosen.part.bottleneck * (1 + (options.moveMargin ?? MOVE_MARGIN));
-    const runs = devices.map((d) => d.runs);
     const fewest = fewestMoves(costs, chosen.chain, model.layers, held, bound, runs);
     const work = (c: readonly number[]): [number, number] => [
       overStages(chosen.chain, c, (d, s, e) => fetchBlocks(held, d, s, e)), overStages(chosen.chain, c, (d, s, e) => reopenBlocks(runs, d, s, e)),
@@ -132,7 +134,7 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
       if (fetchFewest < fetchFastest || (fetchFewest === fetchFastest && openFewest < openFastest)) counts = fewest;
     }
   }
-  const division = evaluate(costs, chosen.chain, counts, held);
+  const division = evaluate(costs, chosen.chain, counts, held, runs);
   const edges = rotate(ring.edges, chosen.r);
   // A hop's own cost (encode, crypto, hand-off) is paid per edge by the stage that sends on it.
   const hops = edges.map((e) => costs[e.from]?.hop ?? 0);
@@ -163,15 +165,16 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   };
 }
 
-/** Stages, costs and fit of a division of blocks over a chain whose first device holds the head. */
-export function evaluate(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[], held: HeldPrefix = []): Division {
+/** Stages, costs and fit of a division of blocks over a chain whose first device holds the head (`runs`: what each device runs now, whose growth adds segments). */
+export function evaluate(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[], held: HeldPrefix = [], runs: ReadonlyArray<RunningRange | undefined> = []): Division {
   let start = 0;
   const stages = chain.map((device, i) => {
     const blocks = counts[i] as number;
     const c = costs[device] as DeviceCost;
     const head = i === 0;
     const memoryBytes = stageMemoryBytes(c, blocks, head);
-    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head), step: c.step ?? 0, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
+    const segments = stageSegments(runs, device, start, start + blocks);
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head, segments), step: c.step ?? 0, segments, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
     start += blocks;
     return stage;
   });
