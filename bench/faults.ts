@@ -197,6 +197,8 @@ interface Load {
   /** Time receiving them, ms (absent when nothing was received). */
   transferMs?: number;
   loadMs: number;
+  /** The sessions its stage runs in after the load (more than one: grown in place). */
+  segments?: number;
 }
 
 async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<string, string>): Promise<Trial> {
@@ -251,7 +253,7 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
   const recoveries = (after.recoveries ?? []).filter((x) => x.epoch > before);
   const gap = killedAt > 0 ? stallAfter(got.pieces, killedAt) : undefined;
   const loads = names.filter((n) => !victims.includes(n)).flatMap((n) => r.member(n).events.slice(seenByMember.get(n)).filter((e) => e.event === 'ready')
-    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}) })));
+    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}), ...(typeof e.segments === 'number' ? { segments: e.segments } : {}) })));
   // What the re-plans' plans said the members must fetch (given what they hold), to set against what moved.
   const planFetchBytes = r.host.events.slice(seenEvents).filter((e) => e.event === 'plan').reduce((n, e) => n + ((e.fetch_bytes as number | undefined) ?? 0), 0);
   return {
@@ -317,7 +319,7 @@ const summary = {
 /** A survivor's load: its source, what it received and at what rate, and the whole load's time. */
 function loadText(l: Load): string {
   const rate = l.transferMs !== undefined && l.transferMs > 0 && l.transferredBytes > 0 ? ` ${(l.transferredBytes / 2 ** 20).toFixed(0)} MiB at ${(l.transferredBytes / 1e3 / l.transferMs).toFixed(0)} MB/s,` : '';
-  return `${l.member} ${l.source}${rate} ${l.loadMs} ms`;
+  return `${l.member} ${l.source}${rate} ${l.loadMs} ms${l.segments !== undefined && l.segments > 1 ? ` (${l.segments} segments)` : ''}`;
 }
 
 /** Kill -> next token less the wait for the re-plan and the re-plan itself (one re-plan only). */
