@@ -138,6 +138,7 @@ describe('the ring generator', () => {
     const faults: string[] = [];
     let next: Ring | undefined;
     let resumed: Promise<number> | undefined;
+    let caughtUp: Promise<number> | undefined;
     const gen: RingGenerator = new RingGenerator(old.engine, pool, shape.maxPositions, {
       maxInFlight: 3,
       // Every step that was in flight fails; the host re-plans once.
@@ -146,7 +147,9 @@ describe('the ring generator', () => {
         resumed ??= (async () => {
           await gen.hold();
           next = await ring(2);
-          return gen.resume(next.engine);
+          const n = gen.resume(next.engine);
+          caughtUp = gen.caughtUp().then(() => next!.replayed.rows);
+          return n;
         })();
       },
     });
@@ -166,6 +169,8 @@ describe('the ring generator', () => {
     expect(next!.replayed.rows).toBeGreaterThan(0);
     expect(next!.replayed.rows).toBeLessThanOrEqual(PROMPTS.length);
     expect(next!.replayed.tokens).toBeGreaterThanOrEqual(2 * next!.replayed.rows);
+    // caughtUp() waited for every replay row (background work starts after them), and no row came later.
+    expect(await caughtUp).toBe(next!.replayed.rows);
   });
 
   test('a held request that is aborted ends with its reason; failWaiting ends the others and refuses new ones until resume', async () => {

@@ -59,6 +59,9 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   /** Set while no ring can serve: new requests fail with it at once. */
   private unavailable: KiwiError | undefined;
   private idleWaiters: Array<() => void> = [];
+  /** Requests the last resume() handed over that still rebuild their caches (caughtUp()). */
+  private rebuilding = new Set<Request>();
+  private caughtUpWaiters: Array<() => void> = [];
 
   /** Speculation's counters (for /health); undefined when off. */
   readonly speculation: SpeculativeDecoding | undefined;
@@ -97,6 +100,7 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
     if (opts.maxInFlight !== undefined) this.maxInFlight = opts.maxInFlight;
     this.unavailable = undefined;
     const live = [...this.stalled, ...this.fresh, ...this.ready].sort((a, b) => a.id - b.id);
+    this.rebuilding = new Set(live);
     this.stalled.length = 0;
     this.ready.length = 0;
     this.fresh.length = 0;
@@ -110,7 +114,23 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
     }
     this.holding = false;
     this.pump();
+    this.settleRebuilt();
     return live.length;
+  }
+
+  /**
+   * Resolves once every request the last resume() handed over has rebuilt its caches (its prompt
+   * and replay ran; the steps it waits for now are its own decode steps) or has ended: until then
+   * a recovery is still on the streams' critical path, and background work waits (session-host.ts).
+   */
+  caughtUp(): Promise<void> {
+    if (this.rebuilding.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.caughtUpWaiters.push(resolve));
+  }
+
+  private settleRebuilt(): void {
+    for (const a of this.rebuilding) if (a.done || (a.pos >= a.p.promptIds.length && a.pos >= a.history.length - 1)) this.rebuilding.delete(a);
+    if (this.rebuilding.size === 0) for (const w of this.caughtUpWaiters.splice(0)) w();
   }
 
   /** No ring can be formed in time: held and waiting requests fail with `err`, and so do new ones until resume(). */
@@ -185,6 +205,7 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   /** Every stage drops the request's caches (a `free` event travels the ring). */
   protected override close(a: Request): void {
     this.engine.free([a.id]);
+    if (this.rebuilding.delete(a)) this.settleRebuilt();
   }
 
   protected override heldQueues(): Request[][] {
@@ -208,6 +229,7 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
 
   protected override afterStep(): void {
     if (this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+    this.settleRebuilt();
     super.afterStep();
   }
 }

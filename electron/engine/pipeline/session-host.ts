@@ -86,6 +86,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private plannedIds: readonly string[] = [];
   private head: Stage | undefined;
   private generator: RingGenerator | undefined;
+  /** From a recovery until its resumed streams have rebuilt their caches (RingGenerator.caughtUp): standby plans wait. */
+  private catchingUp = false;
   private pool: KvBlockPool | undefined;
   /** The latest epoch assigned (a re-plan that failed half-way still used one). */
   private epoch = 0;
@@ -107,10 +109,20 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.spanHashes = new SpanHashes(opts.modelPath);
     this.standby = new StandbyHost({
       file: () => this.model?.file, blockCount: () => this.model?.shape.blockCount ?? 0, hash: (spans) => this.spanHashes.hash(spans), epoch: () => this.epoch,
-      serving: () => this.ringPhase.phase === 'serving', hostEnd: () => this.ring?.order[0]?.end ?? 0, http: () => this.opts.weightsHttp,
+      serving: () => this.ringPhase.phase === 'serving' && !this.catchingUp, hostEnd: () => this.ring?.order[0]?.end ?? 0, http: () => this.opts.weightsHttp,
       stageOf: (id) => this.stages.list().find((st) => st.peer === this.stages.peerOf(id) && st.peer !== 0), send: (id, body) => void this.session.sendPipeline(id, body as unknown as Record<string, unknown>),
     });
-    for (const e of ['serving', 'recovered'] as const) this.on(e, () => void this.standby.flush().catch((err: unknown) => this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`))));
+    const flushStandby = (): Promise<void> => this.standby.flush().catch((err: unknown) => void this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`)));
+    this.on('serving', () => void flushStandby());
+    // After a recovery the resumed streams rebuild their caches first: the members' standby fetches
+    // and builds (CPU, disk, the host's uplink) would slow that replay, which the streams wait for.
+    this.on('recovered', () => {
+      this.catchingUp = true;
+      void (this.generator?.caughtUp() ?? Promise.resolve()).then(() => {
+        this.catchingUp = false;
+        return flushStandby();
+      });
+    });
     this.budgets = new MemberBudgets(this.opts.modelSizes, opts.concurrency ?? 1,
       async () => (await modelShapeFromGguf(await openGguf(opts.modelPath), opts.maxPositions !== undefined ? { maxPositions: opts.maxPositions } : {})).maxPositions,
       (m, r) => {

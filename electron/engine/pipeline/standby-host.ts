@@ -5,7 +5,8 @@
 // a standby-plan (the member fetches them with the token of its weights plan). What each member then reports holding on disk (holds) goes into the next plan
 // as held (ring-assignment.ts), so a re-plan prefers a division that uses it and the plan's
 // fetch_bytes is 0 for those layers. A request of an older epoch is dropped; one that arrives
-// while the ring is not serving waits for the next `serving` or `recovered`.
+// while the ring is not serving waits for the next `serving`, or after a recovery until the
+// resumed streams have rebuilt their caches (session-host.ts).
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import type { LayerRange } from '../runtime/layer-range.js';
 import type { HashedSpan, Span } from './member-weights.js';
@@ -19,7 +20,7 @@ export interface StandbyHostIo {
   file: () => GgufFile | undefined;
   blockCount: () => number;
   hash: (spans: readonly Span[]) => Promise<HashedSpan[]>;
-  /** The latest epoch assigned and whether its ring serves now. */
+  /** The latest epoch assigned, and whether its ring serves now with every resumed stream caught up (standby work may start). */
   epoch: () => number;
   serving: () => boolean;
   /** The member's stage in the latest plan, and the host's own blocks' end. */
