@@ -252,8 +252,11 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
   }
   const recoveries = (after.recoveries ?? []).filter((x) => x.epoch > before);
   const gap = killedAt > 0 ? stallAfter(got.pieces, killedAt) : undefined;
-  const loads = names.filter((n) => !victims.includes(n)).flatMap((n) => r.member(n).events.slice(seenByMember.get(n)).filter((e) => e.event === 'ready')
-    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}), ...(typeof e.segments === 'number' ? { segments: e.segments } : {}) })));
+  // The host's own stage first (its blocks open beside the members' loads), then each surviving member's.
+  const hostLoads = r.host.events.slice(seenEvents).filter((e) => e.event === 'stage-ready' && e.peer === 0 && typeof e.load_ms === 'number')
+    .map((e) => ({ member: 'host', source: e.source as string, transferredBytes: 0, loadMs: e.load_ms as number, ...(typeof e.segments === 'number' ? { segments: e.segments } : {}) }));
+  const loads = [...hostLoads, ...names.filter((n) => !victims.includes(n)).flatMap((n) => r.member(n).events.slice(seenByMember.get(n)).filter((e) => e.event === 'ready')
+    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}), ...(typeof e.segments === 'number' ? { segments: e.segments } : {}) })))];
   // What the re-plans' plans said the members must fetch (given what they hold), to set against what moved.
   const planFetchBytes = r.host.events.slice(seenEvents).filter((e) => e.event === 'plan').reduce((n, e) => n + ((e.fetch_bytes as number | undefined) ?? 0), 0);
   return {

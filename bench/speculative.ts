@@ -109,7 +109,7 @@ async function main(): Promise<void> {
   const tok = createTokenizer(file.metadata);
   const n = shape.blockCount;
   const opts = { threads: 1 };
-  const first = await Stage.open(file, shape, { start: 0, end: 1, head: false }, opts);
+  const first = new SegmentedStage([await Stage.open(file, shape, { start: 0, end: 1, head: false }, opts)]);
   const head = await Stage.open(file, shape, { start: n, end: n, head: true }, opts);
   const m1 = await Stage.open(file, shape, { start: 1, end: 3, head: false }, opts);
   const m2 = await Stage.open(file, shape, { start: 3, end: n, head: false }, opts);

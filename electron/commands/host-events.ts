@@ -58,7 +58,10 @@ export function printRingEvents(ring: SessionHost, server: OpenAiServer, print: 
   }, `${p.name}: weights ${progressText({ done: p.receivedBytes, total: p.totalBytes, rate: p.bytesPerSecond, etaSeconds: p.etaSeconds, final: p.final })}`, p.final));
   // `wire`: how this stage encodes what it sends to the next one (chosen per link by --activations/--zstd).
   const wireName = (w: StageStatus['wire']): string | null => (w === undefined ? null : `${w.encoding}${w.zstd ? '+zstd' : ''}`);
-  ring.on('ready', (s) => print('stage-ready', { peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0, wire: wireName(s.wire) },
+  ring.on('ready', (s) => print('stage-ready', {
+    peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0, wire: wireName(s.wire),
+    ...(s.loadMs !== undefined ? { load_ms: Math.round(s.loadMs) } : {}), ...(s.segments !== undefined ? { segments: s.segments } : {}),
+  },
     `${s.name} is ready (${layerRangeText(s.start, s.end)}${s.wire !== undefined ? `, sends ${wireName(s.wire)}` : ''})`));
   ring.on('serving', () => print('serving', { url: server.url }, `Serving the OpenAI-compatible API at ${server.url}`));
   ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));

@@ -11,7 +11,7 @@
 // request during one makes it go round again. Phase changes go through ring-phase.ts; SessionHost
 // supplies the ring building and its view of the session (ReplanHost).
 import { isKiwiError, KiwiError } from '../errors.js';
-import type { Stage } from '../runtime/stage.js';
+import type { SegmentedStage } from '../runtime/stage-segments.js';
 import type { RingEngine } from './ring-engine.js';
 import type { RingGenerator } from './ring-generator.js';
 import type { RecoveryRecord, RingPhaseEvent, RingPhaseState } from './ring-phase.js';
@@ -34,7 +34,7 @@ export interface ServedRing {
   generation: number;
   order: RingStage[];
   memberIds: string[];
-  first: Stage | undefined;
+  first: SegmentedStage | undefined;
   engine: RingEngine;
 }
 
@@ -165,7 +165,7 @@ export class ReplanDriver {
       if (ring === undefined) return; // closed
       if (this.closed) {
         ring.engine.retire(new KiwiError('SESSION_ENDED', 'The host is closing.'));
-        if (ring.first !== host.ring()?.first) await ring.first?.dispose();
+        await ring.first?.disposeExcept(host.ring()?.first);
         return;
       }
       host.adopt(ring);

@@ -83,6 +83,21 @@ describe('assignRing', () => {
     expect(Assign.safeParse({ ...assign([stage(0, 0, 2), stage(1, 2, 8)], ringLinks([0, 1])).assigns[0]!.message, grow: 'yes' }).success).toBe(false);
   });
 
+  it('grows the host\'s stage in place where its range only grows (not in a drift re-plan, not under a memory budget)', () => {
+    // bob ran [4, 8) and left; the host and ada hold four blocks each, so the host's [0, 2) becomes [0, 4): one segment added.
+    const sizes: ModelSizes = { name: 'm', layers: 8, blockBytes: 100_000_000, headBytes: 50_000_000, headResidentBytes: 100_000_000, kvBytesPerTokenPerLayer: 1024 };
+    const ada: MemberView = { ...member(1), memberId: 'ada', name: 'ada', capabilities: { fleet_device: { memory_bytes: 450_000_000 } } };
+    const replan = (hostCapabilities?: Record<string, unknown>, growInPlace?: boolean) => planSessionRing({
+      members: [ada], memoryLimits: new Map(), ...(growInPlace !== undefined ? { growInPlace } : {}), ...(hostCapabilities !== undefined ? { hostCapabilities } : {}),
+      serving: { order: [stage(0, 0, 2), stage(1, 2, 4), stage(2, 4, 8)], memberIds: ['ada', 'bob'] },
+      model: sizes, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 550_000_000 }, links: [],
+    }).order[0]!;
+    expect(replan()).toEqual({ peer: 0, start: 0, end: 4, head: true, segments: 2 });
+    expect(hostBlocks(4, { end: 2, segments: 1 }, replan().segments)).toBe('grow');
+    expect(replan(undefined, false)).toMatchObject({ start: 0, end: 4, segments: 1 });
+    expect(replan({ memory_budget_bytes: 550_000_000 })).toMatchObject({ start: 0, end: 4, segments: 1 });
+  });
+
   it('lists the host loading and each member assigned, with the wire it sends', () => {
     const a = assign([stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)], ringLinks([0, 1, 2]));
     expect([...a.stages.values()].map((s) => `${s.peer} ${s.name} ${s.start}-${s.end} ${s.head ? 'head ' : ''}${s.state} ${s.wire?.encoding}`)).toEqual([
@@ -94,13 +109,16 @@ describe('assignRing', () => {
 });
 
 describe('kept stages and loaded ones', () => {
-  it.each<[string, number, number | undefined, ReturnType<typeof hostBlocks>, StageStatus['state'], StageStatus['source']]>([
-    ['the host runs no blocks', 0, 4, 'none', 'ready', 'local'],
-    ['the host keeps the blocks it runs', 4, 4, 'keep', 'kept', 'kept'],
-    ['the host opens a range that changed', 3, 4, 'open', 'ready', 'local'],
-    ['the host opens its first range', 4, undefined, 'open', 'ready', 'local'],
-  ])('%s', (_name, end, runningEnd, blocks, state, source) => {
-    expect(hostBlocks(end, runningEnd)).toBe(blocks);
+  it.each<[string, number, { end: number; segments: number } | undefined, number, ReturnType<typeof hostBlocks>, StageStatus['state'], StageStatus['source']]>([
+    ['the host runs no blocks', 0, { end: 4, segments: 1 }, 1, 'none', 'ready', 'local'],
+    ['the host keeps the blocks it runs', 4, { end: 4, segments: 2 }, 2, 'keep', 'kept', 'kept'],
+    ['the host opens a range that shrank', 3, { end: 4, segments: 1 }, 1, 'open', 'ready', 'local'],
+    ['the host grows its range in place where the plan grew it', 6, { end: 4, segments: 1 }, 2, 'grow', 'ready', 'local'],
+    ['the host opens a longer range whole where the plan did not grow it', 6, { end: 4, segments: 1 }, 1, 'open', 'ready', 'local'],
+    ['the host opens a longer range whole past the segments a stage may run', 6, { end: 4, segments: 3 }, 4, 'open', 'ready', 'local'],
+    ['the host opens its first range', 4, undefined, 1, 'open', 'ready', 'local'],
+  ])('%s', (_name, end, running, segments, blocks, state, source) => {
+    expect(hostBlocks(end, running, segments)).toBe(blocks);
     const host: StageStatus = { peer: 0, name: 'host', start: 0, end, head: true, state: 'loading' };
     expect(hostStageReady(host, blocks)).toMatchObject({ state, source });
   });

@@ -8,6 +8,7 @@ import type { PlanJson } from '../planner/plan-json.js';
 import type { MemberView, SessionStatus } from '../session/host.js';
 import type { ActivationEncoding, WireOptions } from '../transport/tensor-frame.js';
 import type { WeightLayout } from '../runtime/weights/convert.js';
+import { growth } from '../runtime/stage-segments.js';
 import { chooseLinkWire, type WirePolicy } from './link-wire.js';
 import type { Assign, MemberToHostBody } from './ring-protocol.js';
 import { planRing, type RingStage } from './session-fleet.js';
@@ -25,6 +26,8 @@ export interface StageStatus {
   wire?: WireOptions;
   transferredBytes?: number;
   loadMs?: number;
+  /** The sessions the host's stage runs in (more than one: grown in place); members report theirs in their own events. */
+  segments?: number;
 }
 
 type SessionLinks = SessionStatus['links'];
@@ -48,7 +51,7 @@ export interface RingPlanInput {
   measuredHopMs?: number | undefined;
   /** The share of the bottleneck the re-plan may give up to keep what devices hold (stage-drift-monitor.ts moveMargin); absent: the planner's. */
   moveMargin?: number | undefined;
-  /** Whether members' stages may grow in place (stage-drift-monitor.ts growInPlace; absent: they may, unless a member has a memory budget). */
+  /** Whether stages (the host's and members') may grow in place (stage-drift-monitor.ts growInPlace; absent: they may, unless the device has a memory budget). */
   growInPlace?: boolean;
   serving: ServedOrder | undefined;
   /** Layers members reported holding on disk (their stage, built layers and standby layers, standby-host.ts), by member id: planned as held. */
@@ -82,6 +85,8 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
   // The host reads every layer from its own copy of the model: a re-plan that gives it more moves nothing.
   const hostHeld = serving !== undefined ? [{ start: 0, end: input.model.layers }] : undefined;
   const hostRuns = serving?.order[0];
+  // The host's stage grows in place as a member's does (session-host.ts), unless it has a memory budget.
+  const hostGrows = input.growInPlace !== false && input.hostCapabilities?.memory_budget_bytes === undefined;
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
   const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: RunningRange } => {
     const h = held.get(m.memberId);
@@ -101,7 +106,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     devices: [
       {
         peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}),
-        ...(hostRuns !== undefined && hostRuns.end > hostRuns.start ? { runs: { start: hostRuns.start, end: hostRuns.end } } : {}), ...measured(''),
+        ...(hostRuns !== undefined && hostRuns.end > hostRuns.start ? { runs: { start: hostRuns.start, end: hostRuns.end, segments: hostRuns.segments, ...(hostGrows ? { grows: true } : {}) } } : {}), ...measured(''),
       },
       ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m), ...measured(m.memberId) })),
     ],
@@ -205,16 +210,19 @@ export function assignRing(input: AssignmentInput): RingAssignment {
 
 /**
  * The host's own blocks [0, end) for the new ring: none (the first member embeds), the stage it
- * runs already when its range did not change (kept), or a new one to open.
+ * runs already when its range did not change (kept), that stage with the added blocks opened as a
+ * segment after it where the plan grew it (`segments`, one more than it runs), or a new one to open.
  */
-export function hostBlocks(end: number, runningEnd: number | undefined): 'none' | 'keep' | 'open' {
+export function hostBlocks(end: number, running: { end: number; segments: number } | undefined, segments: number): 'none' | 'keep' | 'grow' | 'open' {
   if (end === 0) return 'none';
-  return runningEnd === end ? 'keep' : 'open';
+  if (running === undefined || running.end === 0) return 'open';
+  if (running.end === end) return 'keep';
+  return end > running.end && segments === running.segments + 1 && growth({ start: 0, end: running.end }, running.segments, { start: 0, end }) !== undefined ? 'grow' : 'open';
 }
 
-/** The host stage's status once its blocks are in place. */
-export function hostStageReady(stage: StageStatus, blocks: 'none' | 'keep' | 'open'): StageStatus {
-  return { ...stage, state: blocks === 'keep' ? 'kept' : 'ready', source: blocks === 'keep' ? 'kept' : 'local' };
+/** The host stage's status once its blocks are in place (in `segments` sessions, after `loadMs`). */
+export function hostStageReady(stage: StageStatus, blocks: ReturnType<typeof hostBlocks>, loaded: { loadMs: number; segments: number } = { loadMs: 0, segments: 1 }): StageStatus {
+  return { ...stage, state: blocks === 'keep' ? 'kept' : 'ready', source: blocks === 'keep' ? 'kept' : 'local', loadMs: loaded.loadMs, segments: loaded.segments };
 }
 
 type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'ready' | 'failed' }>;

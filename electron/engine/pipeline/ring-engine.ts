@@ -14,6 +14,7 @@
 import { isKiwiError, isKiwiErrorCode, KiwiError, type KiwiErrorCode } from '../errors.js';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import type { Stage } from '../runtime/stage.js';
+import type { SegmentCaches, SegmentedStage } from '../runtime/stage-segments.js';
 import { freeCache, rollbackCache, type KvCache } from '../runtime/kv-store.js';
 import type { SecureLink } from '../transport/secure-link.js';
 import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type ActivationEncoding, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
@@ -27,8 +28,8 @@ export interface RingLinks {
 export interface RingEngineOptions {
   /** The ring's generation (assign.epoch): steps and events of other epochs are dropped. */
   epoch: number;
-  /** The host's own blocks [0, a) (a > 0), or undefined when the first member embeds. */
-  first: Stage | undefined;
+  /** The host's own blocks [0, a) (a > 0; several segments where a re-plan grew them), or undefined when the first member embeds. */
+  first: SegmentedStage | undefined;
   /** The head: zero blocks, final norm and output projection ([n, n) with head). */
   head: Stage;
   firstPeer: number;
@@ -101,7 +102,7 @@ class Serial {
 
 export class RingEngine {
   private readonly pending = new Map<number, Pending>();
-  private readonly caches = new Map<number, { first: KvCache | undefined; head: KvCache }>();
+  private readonly caches = new Map<number, { first: SegmentCaches | undefined; head: KvCache }>();
   /** The host's stages' part of the prompt cache (the first stage's, then the head's). */
   private readonly prefixKv: PrefixKvStore;
   private nextStep = 1;
@@ -185,7 +186,7 @@ export class RingEngine {
   /** Prompt cache: every stage keeps the first `length` positions of request `id`'s caches as entry `entry` (send before free()). */
   keepPrefix(id: number, entry: number, length: number): void {
     const c = this.cachesOf(id);
-    this.prefixKv.keep(entry, c.first !== undefined ? [c.first, c.head] : [c.head], length);
+    this.prefixKv.keep(entry, [...(c.first ?? []), c.head], length);
     this.sendEvent({ type: 'free', ids: [], keep: [{ id, entry, length }] });
   }
 
@@ -195,7 +196,8 @@ export class RingEngine {
     const seeded = this.prefixKv.seed(entry, length, cap);
     if (seeded === undefined) throw new Error(`prompt cache entry ${entry} is not held by the host`);
     this.dropCaches(id);
-    this.caches.set(id, this.opts.first !== undefined ? { first: seeded[0], head: seeded[1]! } : { first: undefined, head: seeded[0]! });
+    const n = this.opts.first?.segments.length ?? 0;
+    this.caches.set(id, { first: n > 0 ? seeded.slice(0, n) : undefined, head: seeded[n]! });
   }
 
   /** Prompt cache: entries evicted, on every stage. */
@@ -225,7 +227,7 @@ export class RingEngine {
     const logitsTail = opts.logitsTail ?? 1;
     for (const r of rows) {
       const c = this.caches.get(r.id);
-      for (const kv of [c?.first, c?.head]) if (kv !== undefined && kv.length > r.pos) rollbackCache(kv, r.pos);
+      for (const kv of c !== undefined ? [...(c.first ?? []), c.head] : []) if (kv.length > r.pos) rollbackCache(kv, r.pos);
     }
     const ids = BigInt64Array.from(rows.flatMap((r) => r.tokens.map(BigInt))); // [batch, seq]
     const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap, ...(r.from !== undefined ? { from: r.from } : {}), ...(r.replay === true ? { replay: true as const } : {}) }));
@@ -256,12 +258,11 @@ export class RingEngine {
   private dropCaches(id: number): void {
     const c = this.caches.get(id);
     if (c === undefined) return;
-    if (c.first !== undefined) freeCache(c.first);
-    freeCache(c.head);
+    for (const kv of [...(c.first ?? []), c.head]) freeCache(kv);
     this.caches.delete(id);
   }
 
-  private cachesOf(id: number): { first: KvCache | undefined; head: KvCache } {
+  private cachesOf(id: number): { first: SegmentCaches | undefined; head: KvCache } {
     const c = this.caches.get(id);
     if (c === undefined) throw new Error(`request ${id} has no caches on the host (open it first)`);
     return c;

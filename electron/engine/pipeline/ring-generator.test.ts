@@ -24,6 +24,7 @@ import { decodeStepFrame, encodeStepFrame } from '../transport/tensor-frame.js';
 import { RingEngine } from './ring-engine.js';
 import { decodeRingEvent, encodeRingStep, parseStepMetadata, RingKind } from './ring-protocol.js';
 import { RingGenerator } from './ring-generator.js';
+import { SegmentedStage } from '../runtime/stage-segments.js';
 
 const PROMPTS = ['Once upon a time', 'The cat sat', 'Tom had a red ball and'];
 const WIRE = { encoding: 'f32', zstd: false } as const;
@@ -32,7 +33,8 @@ let file: GgufFile;
 let shape: ModelShape;
 let tok: Tokenizer;
 let whole: StageChain;
-let first: Stage;
+/** The host's first blocks in two segments, as a stage grown in place runs them (runtime/stage-segments.ts). */
+let first: SegmentedStage;
 let middle: Stage;
 let head: Stage;
 /** Each prompt's ids from the undivided model, alone. */
@@ -44,7 +46,10 @@ beforeAll(async () => {
   tok = createTokenizer(file.metadata);
   whole = await buildStageChain(file, shape, [{ start: 0, end: shape.blockCount }], { threads: 1 });
   for (const p of PROMPTS) alone.push((await generate(whole, params(p))).ids);
-  first = await Stage.open(file, shape, { start: 0, end: 2, head: false }, { threads: 1 });
+  first = new SegmentedStage([
+    await Stage.open(file, shape, { start: 0, end: 1, head: false }, { threads: 1 }),
+    await Stage.open(file, shape, { start: 1, end: 2, head: false }, { threads: 1 }),
+  ]);
   middle = await Stage.open(file, shape, { start: 2, end: shape.blockCount, head: false }, { threads: 1 });
   head = await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, { threads: 1 });
 }, 60_000);

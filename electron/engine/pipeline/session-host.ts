@@ -42,6 +42,7 @@ import { RingBackend } from './ring-backend.js';
 import { RingEngine, type PeerFault } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
 import { RingStages } from './ring-stages.js';
+import { SegmentedStage } from '../runtime/stage-segments.js';
 import { DEFAULT_DRIFT_OPTIONS } from './stage-drift.js';
 import { DriftMonitor } from './stage-drift-monitor.js';
 import { apply as applyPhase, INITIAL_RING_PHASE, type RingPhaseEvent, type RingPhaseState } from './ring-phase.js';
@@ -384,11 +385,15 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     }
     // The host's own stages load while the members load theirs; unchanged ones are kept.
     const old = this.ring?.first;
-    const blocks = hostBlocks(order[0]!.end, old?.plan.end);
+    const hostLoadAt = performance.now();
+    const blocks = hostBlocks(order[0]!.end, old && { end: old.plan.end, segments: old.segments.length }, order[0]!.segments);
     // The first stage replays generated tokens in one pass after a re-plan, as members do (replay.ts).
-    const first = blocks === 'none' ? undefined : blocks === 'keep' ? old : await Stage.open(file, shape, { start: 0, end: order[0]!.end, head: false }, { ...this.stageOptions(), replayInputs: true });
+    const openBlocks = (start: number, end: number): Promise<Stage> => Stage.open(file, shape, { start, end, head: false }, { ...this.stageOptions(), replayInputs: true });
+    // A grown stage keeps the running sessions (their prepacked weights) and opens the added blocks after them.
+    const added = blocks === 'grow' ? await openBlocks(old!.plan.end, order[0]!.end) : undefined;
+    const first = blocks === 'none' ? undefined : blocks === 'keep' ? old : added !== undefined ? old!.grown(undefined, added) : new SegmentedStage([await openBlocks(0, order[0]!.end)]);
     this.head ??= await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, this.stageOptions());
-    const hostStage = hostStageReady(stages.get(0)!, blocks);
+    const hostStage = hostStageReady(stages.get(0)!, blocks, { loadMs: performance.now() - hostLoadAt, segments: first?.segments.length ?? 0 });
     stages.set(0, hostStage);
     this.emit('ready', { ...hostStage });
     try {
@@ -404,10 +409,11 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         signal,
       );
     } catch (err) {
-      if (first !== old) await first?.dispose();
+      // The running stage stays as it was: a grown one gives back only the added segment.
+      await first?.disposeExcept(old);
       throw err;
     }
-    if (old !== undefined && old !== first) await old.dispose();
+    if (old !== undefined && blocks !== 'keep' && blocks !== 'grow') await old.dispose();
     const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
       epoch, first, head: this.head, ...assignment.engine,
       maxRows: this.opts.maxBatch ?? 8,

@@ -1,12 +1,12 @@
-// A ring member's stage as consecutive segments, each a Stage (its own onnxruntime session and
-// caches) over part of the member's range, run back to back. A re-plan that only grows a member's
-// range opens the added layers as a new segment beside the running ones instead of a session over
-// the whole range: onnxruntime prepacks every weight of a session at its creation (about 0.4 s a
-// layer at 8B on two cores, even from the shard cache), so reopening the layers it runs made a
-// survivor's load cost its whole new range. Splitting a range between sessions is exact (a ring
-// already splits the model between stages bit for bit), and a segment costs a step one more hop
-// to its session's thread, so the number of segments is bounded and a range that shrinks or moves
-// opens as one segment again.
+// A ring stage (a member's, or the host's first blocks) as consecutive segments, each a Stage (its
+// own onnxruntime session and caches) over part of the stage's range, run back to back. A re-plan
+// that only grows a stage's range opens the added layers as a new segment beside the running ones
+// instead of a session over the whole range: onnxruntime prepacks every weight of a session at its
+// creation (0.4-0.8 s a layer at 8B on two cores, even from the shard cache), so reopening the
+// layers it runs made a survivor's load cost its whole new range. Splitting a range between
+// sessions is exact (a ring already splits the model between stages bit for bit), and a segment
+// costs a step one more hop to its session's thread, so the number of segments is bounded and a
+// range that shrinks or moves opens as one segment again.
 import type { KvCache } from './kv-store.js';
 import type { LayerRange } from './layer-range.js';
 import type { Stage, StageInput, StageOutput } from './stage.js';
@@ -58,6 +58,11 @@ export class SegmentedStage {
 
   async dispose(): Promise<void> {
     for (const s of this.segments) await s.dispose();
+  }
+
+  /** Disposes the segments `kept` does not run: a stage grown from `kept` and not taken gives back only what it added. */
+  async disposeExcept(kept: SegmentedStage | undefined): Promise<void> {
+    for (const s of this.segments) if (kept?.segments.includes(s) !== true) await s.dispose();
   }
 }
 
