@@ -16,6 +16,9 @@
 // 3; 0: none, every re-plan loads over the network); one member killed per trial, in turn during
 // the prefill of a 512-token prompt, at the 60th generated token (of 120) and at the 500th (of
 // 520). Writes bench/results/faults-8b.json.
+// KIWI_KEEP_CACHES=0 (read by `kiwi host`): a re-plan rebuilds every layer of the live requests
+// instead of skipping those the survivors kept (runtime/stage-keep.ts), for comparison; the JSON
+// then goes to faults[-8b]-rebuild-all.json.
 // Run: npx tsx bench/faults.ts
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -356,6 +359,7 @@ for (const t of trials) {
 console.log(`re-plans after a fault: ${summary.replans} (median ${summary.recoveryMs.median ?? '-'} ms, max ${summary.recoveryMs.max} ms, ${summary.resumedRequests} requests resumed); members planned in again: ${summary.rejoins.replans} re-plans, ${summary.rejoins.bytesMoved} bytes moved`);
 const out = join(import.meta.dirname, 'results');
 await mkdir(out, { recursive: true });
-await writeFile(join(out, LARGE ? 'faults-8b.json' : 'faults.json'), `${JSON.stringify({ ...summary, rows: trials }, null, 2)}\n`);
+const variant = process.env.KIWI_KEEP_CACHES === '0' ? '-rebuild-all' : '';
+await writeFile(join(out, `${LARGE ? 'faults-8b' : 'faults'}${variant}.json`), `${JSON.stringify({ ...summary, rows: trials }, null, 2)}\n`);
 await rm(dir, { recursive: true, force: true });
 process.exit(0);

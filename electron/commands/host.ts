@@ -262,6 +262,8 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
       ...(weightLayoutFlag(ctx) === 'fast' ? { weightLayout: 'fast' as const } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
+      // KIWI_KEEP_CACHES=0: a re-plan rebuilds every layer of the live requests (bench/faults compares).
+      ...(process.env.KIWI_KEEP_CACHES === '0' ? { keepCaches: false } : {}),
     },
     // Measured once the code is shown: its --capabilities file, else its device bench (cached per
     // hardware), else with --no-bench the ring's stand-in (all its RAM, memory tier).

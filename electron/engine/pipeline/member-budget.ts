@@ -22,7 +22,7 @@ export function reportedBudgetBytes(capabilities: Readonly<Record<string, unknow
  * and its share of the prompt cache.
  */
 export function oneLayerNeed(sizes: ModelSizes, context: number, concurrency = 1): { runtimeMib: number; layerMib: number; kvMib: number; neededMib: number } {
-  const runtimeMib = Math.ceil(stageOverheadAt(sizes, context) / MIB);
+  const runtimeMib = Math.ceil(stageOverheadAt(sizes, context, concurrency) / MIB);
   const layerMib = Math.ceil((sizes.blockResidentBytes ?? sizes.blockBytes) / MIB);
   const kvMib = Math.ceil((sizes.kvBytesPerTokenPerLayer * context * concurrency + (sizes.promptCacheBytesPerBlock ?? 0)) / MIB);
   return { runtimeMib, layerMib, kvMib, neededMib: runtimeMib + layerMib + kvMib };

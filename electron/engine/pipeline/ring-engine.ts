@@ -15,6 +15,7 @@ import { isKiwiError, isKiwiErrorCode, KiwiError, type KiwiErrorCode } from '../
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import type { Stage } from '../runtime/stage.js';
 import type { SegmentCaches, SegmentedStage } from '../runtime/stage-segments.js';
+import { forwardKeeping, KeptStage, StageOutputs } from '../runtime/stage-keep.js';
 import { freeCache, rollbackCache, type KvCache } from '../runtime/kv-store.js';
 import type { SecureLink } from '../transport/secure-link.js';
 import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type ActivationEncoding, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
@@ -47,6 +48,8 @@ export interface RingEngineOptions {
   onPeerFault?: (peer: number, fault: PeerFault, err: KiwiError) => void;
   /** Each completed step's timing (the host's stage-drift monitor reads them, stage-drift-monitor.ts). */
   onTiming?: (t: StepTiming) => void;
+  /** The previous ring's first stage and its requests (RingEngine.handOver()): requests it rebuilds skip the blocks they kept. */
+  kept?: KeptStage | undefined;
 }
 
 export type PeerFault = 'malformed' | 'numeric';
@@ -103,6 +106,12 @@ class Serial {
 export class RingEngine {
   private readonly pending = new Map<number, Pending>();
   private readonly caches = new Map<number, { first: SegmentCaches | undefined; head: KvCache }>();
+  /** The rows the host's first blocks sent on, per request (kept across a re-plan, stage-keep.ts). */
+  private readonly outputs: StageOutputs | undefined;
+  /** The previous ring's first stage, until its requests are rebuilt here. */
+  private kept: KeptStage | undefined;
+  /** This ring's first stage and requests once retired, for the next ring (handOver()). */
+  private leaving: KeptStage | undefined;
   /** The host's stages' part of the prompt cache (the first stage's, then the head's). */
   private readonly prefixKv: PrefixKvStore;
   private nextStep = 1;
@@ -122,6 +131,11 @@ export class RingEngine {
     this.attach(opts.lastPeer);
     this.attach(opts.firstPeer);
     this.prefixKv = new PrefixKvStore();
+    const first = opts.first;
+    // A previous stage that shares no segment with this one has nothing to give.
+    if (first !== undefined && opts.kept?.stage.segments.some((s) => first.segments.includes(s)) === true) this.kept = opts.kept;
+    else opts.kept?.free();
+    this.outputs = first === undefined ? undefined : (this.kept?.outputsFor(first) ?? new StageOutputs(first.plan.end, first.shape.hidden));
   }
 
   get vocab(): number {
@@ -147,13 +161,30 @@ export class RingEngine {
 
   /** Retires this ring (a re-plan replaces it): steps in flight fail with `err`, later ones too. */
   retire(err: KiwiError): void {
+    const first = this.retired ? undefined : this.opts.first;
     this.retired = true;
     this.broken ??= err;
     for (const p of this.pending.values()) p.reject(err);
     this.pending.clear();
-    // The next ring's engine opens its own caches (the stages may be the same).
+    // The first stage's caches wait for the next ring (handOver()); the head's are rebuilt there.
+    if (first !== undefined && this.outputs !== undefined) {
+      const caches = new Map<number, SegmentCaches>();
+      for (const [id, c] of this.caches) if (c.first !== undefined) caches.set(id, c.first);
+      this.leaving = new KeptStage(first, caches, this.outputs);
+      for (const c of this.caches.values()) freeCache(c.head);
+      this.caches.clear();
+    }
     for (const id of [...this.caches.keys()]) this.dropCaches(id);
+    this.kept?.free();
+    this.kept = undefined;
     this.prefixKv.clear();
+  }
+
+  /** The first stage and its requests as this retired ring left them, for the next ring's engine (`kept`); once. */
+  handOver(): KeptStage | undefined {
+    const kept = this.leaving;
+    this.leaving = undefined;
+    return kept;
   }
 
   /** Listens on a ring link (call again when a link came back up). */
@@ -171,15 +202,23 @@ export class RingEngine {
     });
   }
 
-  /** Opens the host's caches for a request of at most `capacity` positions. */
-  open(id: number, capacity: number): void {
+  /**
+   * Opens the host's caches for a request of at most `capacity` positions; `keep`: it is rebuilt
+   * after a re-plan, and the first stage's blocks that kept its first `keep` positions keep them.
+   */
+  open(id: number, capacity: number, keep?: number): void {
     this.dropCaches(id);
-    this.caches.set(id, { first: this.opts.first?.emptyCache(capacity), head: this.opts.head.emptyCache(capacity) });
+    const first = this.opts.first;
+    const kept = first !== undefined && keep !== undefined ? this.kept?.adopt(id, first, capacity, keep, this.outputs!) : undefined;
+    if (kept === undefined) this.outputs?.drop(id);
+    this.caches.set(id, { first: kept ?? first?.emptyCache(capacity), head: this.opts.head.emptyCache(capacity) });
   }
 
   /** Frees a request on the host and, through a `free` event around the ring, on every member. */
   free(ids: readonly number[]): void {
     for (const id of ids) this.dropCaches(id);
+    this.kept?.free(ids);
+    this.leaving?.free(ids);
     this.sendEvent({ type: 'free', ids: [...ids] });
   }
 
@@ -216,7 +255,7 @@ export class RingEngine {
    * `pos` is each request's position before this step; returns each row's last-position logits.
    */
   async step(
-    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number; from?: number | undefined; replay?: boolean }>,
+    rows: ReadonlyArray<{ id: number; tokens: readonly number[]; pos: number; cap: number; from?: number | undefined; replay?: boolean; keep?: number | undefined }>,
     opts: { onHiddenNorm?: (hiddenNorm: Float32Array) => void; logitsTail?: number } = {},
   ): Promise<Float32Array[]> {
     if (this.broken !== undefined) throw this.broken;
@@ -226,11 +265,16 @@ export class RingEngine {
     // a verify step rejected) are dropped here and, as the row travels, on every member.
     const logitsTail = opts.logitsTail ?? 1;
     for (const r of rows) {
+      // A rebuilt request's kept blocks hold positions past `pos` that its rows skip (stage-keep.ts).
+      if (r.keep !== undefined) continue;
       const c = this.caches.get(r.id);
       for (const kv of c !== undefined ? [...(c.first ?? []), c.head] : []) if (kv.length > r.pos) rollbackCache(kv, r.pos);
     }
     const ids = BigInt64Array.from(rows.flatMap((r) => r.tokens.map(BigInt))); // [batch, seq]
-    const meta: StepRow[] = rows.map((r) => ({ id: r.id, pos: r.pos, cap: r.cap, ...(r.from !== undefined ? { from: r.from } : {}), ...(r.replay === true ? { replay: true as const } : {}) }));
+    const meta: StepRow[] = rows.map((r) => ({
+      id: r.id, pos: r.pos, cap: r.cap,
+      ...(r.from !== undefined ? { from: r.from } : {}), ...(r.replay === true ? { replay: true as const } : {}), ...(r.keep !== undefined ? { keep: r.keep } : {}),
+    }));
     // Generated tokens replayed after a re-plan: every stage computes them as decode steps (runtime/replay.ts).
     const replay = meta[0]?.replay === true ? { replay: true } : {};
     const step = this.nextStep++;
@@ -240,7 +284,8 @@ export class RingEngine {
     const first = this.opts.first;
     if (first !== undefined) {
       const caches = rows.map((r) => this.cachesOf(r.id).first!);
-      const out = await this.firstLock.run(() => first.forward({ kind: 'ids', ids, batch, seq }, caches, replay));
+      const store = { outputs: this.outputs, kept: this.kept };
+      const out = await this.firstLock.run(() => forwardKeeping(first, { kind: 'ids', ids, batch, seq }, caches, rows, store, replay));
       if (out.kind !== 'hidden') throw new Error('the host\'s first stage returned logits');
       tensor = { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, first.shape.hidden] };
       hostMs += performance.now() - started;
@@ -260,6 +305,7 @@ export class RingEngine {
     if (c === undefined) return;
     for (const kv of [...(c.first ?? []), c.head]) freeCache(kv);
     this.caches.delete(id);
+    this.outputs?.drop(id);
   }
 
   private cachesOf(id: number): { first: SegmentCaches | undefined; head: KvCache } {

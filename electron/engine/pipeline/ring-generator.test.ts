@@ -5,7 +5,7 @@
 // assignments and weights, is covered by the ring process tests. What is tested here is the
 // generator: steps in flight, and holding and resuming requests across a ring that broke.
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { isKiwiError, KiwiError } from '../errors.js';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
 import { testModelPath } from '../model/test-models.js';
@@ -25,6 +25,7 @@ import { RingEngine } from './ring-engine.js';
 import { decodeRingEvent, encodeRingStep, parseStepMetadata, RingKind } from './ring-protocol.js';
 import { RingGenerator } from './ring-generator.js';
 import { SegmentedStage } from '../runtime/stage-segments.js';
+import type { KeptStage } from '../runtime/stage-keep.js';
 
 const PROMPTS = ['Once upon a time', 'The cat sat', 'Tom had a red ball and'];
 const WIRE = { encoding: 'f32', zstd: false } as const;
@@ -78,12 +79,16 @@ interface Ring {
   replayed: { rows: number; tokens: number };
 }
 
-/** A ring of epoch `epoch`: the host's engine and a member that runs `middle` on caches of its own. */
-async function ring(epoch: number): Promise<Ring> {
+/**
+ * A ring of epoch `epoch`: the host's engine (its first blocks `o.first`) and a member that runs
+ * `o.middle` on caches of its own; `o.kept`: what the previous ring's engine handed over.
+ */
+async function ring(epoch: number, o: { first?: SegmentedStage; middle?: Stage; kept?: KeptStage | undefined } = {}): Promise<Ring> {
+  const stage = o.middle ?? middle;
   const [a, b] = createMemoryLinkPair();
   const secret = { secret: randomBytes(32), context: 'ring|generator' };
   const [hostEnd, member] = await Promise.all([openSecureLink(a, { role: 'initiator', secret }), openSecureLink(b, { role: 'responder', secret })]);
-  const engine = new RingEngine({ link: (peer) => (peer === 1 ? hostEnd : undefined) }, { epoch, first, head, firstPeer: 1, lastPeer: 1, wire: WIRE, receive: { tensor: 'f32', zstd: false } });
+  const engine = new RingEngine({ link: (peer) => (peer === 1 ? hostEnd : undefined) }, { epoch, first: o.first ?? first, head, firstPeer: 1, lastPeer: 1, wire: WIRE, receive: { tensor: 'f32', zstd: false }, kept: o.kept });
   engine.attach(1);
   const failures: unknown[] = [];
   const replayed = { rows: 0, tokens: 0 };
@@ -99,13 +104,13 @@ async function ring(epoch: number): Promise<Ring> {
           if (event.type === 'free') for (const id of event.ids) caches.delete(id);
           return;
         }
-        const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: 1 << 24, hidden: middle.shape.hidden, expect: { tensor: 'f32', zstd: false } });
+        const frame = await decodeStepFrame(msg.subarray(1), { maxBytes: 1 << 24, hidden: stage.shape.hidden, expect: { tensor: 'f32', zstd: false } });
         const t = frame.tensor;
         if (t.kind !== 'hidden') throw new Error('the host sent ids to a member after its own blocks');
         const [batch, seq] = t.dims;
         const { rows } = parseStepMetadata(frame.metadata, batch);
         const own = rows.map((r) => {
-          if (r.pos === 0) caches.set(r.id, middle.emptyCache(r.cap));
+          if (r.pos === 0) caches.set(r.id, stage.emptyCache(r.cap));
           return caches.get(r.id)!;
         });
         const replay = rows[0]?.replay === true;
@@ -113,9 +118,9 @@ async function ring(epoch: number): Promise<Ring> {
           replayed.rows++;
           replayed.tokens += seq;
         }
-        const out = await middle.forward({ kind: 'hidden', hidden: t.hidden, batch, seq }, own, { replay });
+        const out = await stage.forward({ kind: 'hidden', hidden: t.hidden, batch, seq }, own, { replay });
         if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
-        member.send(encodeRingStep(await encodeStepFrame({ metadata: frame.metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, middle.shape.hidden] } }, WIRE)));
+        member.send(encodeRingStep(await encodeStepFrame({ metadata: frame.metadata, tensor: { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, stage.shape.hidden] } }, WIRE)));
       })
       .catch((err: unknown) => {
         if (!member.closed) failures.push(err);
@@ -176,6 +181,57 @@ describe('the ring generator', () => {
     expect(next!.replayed.tokens).toBeGreaterThanOrEqual(2 * next!.replayed.rows);
     // caughtUp() waited for every replay row (background work starts after them), and no row came later.
     expect(await caughtUp).toBe(next!.replayed.rows);
+  });
+
+  test('after a re-plan that grew the host\'s stage, its kept block is skipped while the requests are rebuilt, and the ids stay exact', async () => {
+    // The old ring: the host runs block 0, the member 1-5. The new one: the host grows to 0-2 in
+    // place (block 0's session kept, 1-2 added), the member runs 2-5 (reopened, as a moved range is).
+    const s01 = await Stage.open(file, shape, { start: 0, end: 1, head: false }, { threads: 1 });
+    const s12 = await Stage.open(file, shape, { start: 1, end: 2, head: false }, { threads: 1 });
+    const m15 = await Stage.open(file, shape, { start: 1, end: shape.blockCount, head: false }, { threads: 1 });
+    try {
+      for (const keepCaches of [true, false]) {
+        const before = new SegmentedStage([s01]);
+        const old = await ring(1, { first: before, middle: m15 });
+        const pool = new KvBlockPool(64, 16, 1);
+        const forwards = { s01: vi.spyOn(s01, 'forward'), s12: vi.spyOn(s12, 'forward') };
+        let resumed: Promise<void> | undefined;
+        let rebuilt!: Promise<void>;
+        let at = 0;
+        const gen: RingGenerator = new RingGenerator(old.engine, pool, shape.maxPositions, {
+          keepCaches,
+          onRingFault: () => {
+            resumed ??= (async () => {
+              await gen.hold();
+              old.engine.retire(new KiwiError('RING_REPLAN', 'the member left'));
+              const next = await ring(2, { first: before.grown(undefined, s12), kept: old.engine.handOver() });
+              at = forwards.s01.mock.calls.length;
+              forwards.s12.mockClear();
+              gen.resume(next.engine);
+              rebuilt = gen.caughtUp();
+            })();
+          },
+        });
+        let tokens = 0;
+        // The last prompt prefills last: at its third token every request has decoded.
+        const onToken = (): void => {
+          if (++tokens === 3) old.member.close('member left');
+        };
+        const results = await Promise.all(PROMPTS.map((p, i) => gen.generate(params(p, i === PROMPTS.length - 1 ? { onToken } : {}))));
+        await resumed;
+        await rebuilt;
+        expect(results.map((x) => x.ids)).toEqual(alone);
+        expect(pool.freeBlocks).toBe(64);
+        // Rebuilt rows (prompts, replays) are the calls of more than one position.
+        const rebuiltRows = (calls: ReadonlyArray<Parameters<Stage['forward']>>): number => calls.filter(([input]) => input.seq > 1).length;
+        expect(rebuiltRows(forwards.s12.mock.calls)).toBeGreaterThanOrEqual(PROMPTS.length);
+        expect(rebuiltRows(forwards.s01.mock.calls.slice(at))).toBe(keepCaches ? 0 : rebuiltRows(forwards.s12.mock.calls));
+        forwards.s01.mockRestore();
+        forwards.s12.mockRestore();
+      }
+    } finally {
+      await Promise.all([s01.dispose(), s12.dispose(), m15.dispose()]);
+    }
   });
 
   test('a held request that is aborted ends with its reason; failWaiting ends the others and refuses new ones until resume', async () => {

@@ -38,6 +38,8 @@ export interface RingGeneratorOptions {
   speculative?: SpeculativeMode;
   /** Its drafter; default prompt lookup. */
   drafter?: Drafter;
+  /** After a re-plan, stages that kept a request's caches skip the layers they hold (runtime/stage-keep.ts). Default yes; false rebuilds every layer (for comparison). */
+  keepCaches?: boolean;
 }
 
 /** Step errors that a new ring cures: a link or member went away, or a stage lost a request's cache. */
@@ -49,6 +51,8 @@ interface RingRequestState {
   faults: number;
   /** Prompt cache: the entry its caches start from, named in its first step (members copy it then). */
   seed?: number | undefined;
+  /** Rebuilding after a re-plan: the positions every stage had finished, which stages that kept the request's caches skip. */
+  keep?: number | undefined;
 }
 
 type Request = LoopRequest<RingRequestState>;
@@ -107,7 +111,8 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
     // The new ring's stages hold no prompt-cache entries: every request recomputes from its prompt.
     this.prefixes?.clear();
     for (const a of live) {
-      engine.open(a.id, a.reservation.capacityTokens);
+      a.state.keep = this.opts.keepCaches !== false && a.pos > 0 ? a.pos : undefined;
+      engine.open(a.id, a.reservation.capacityTokens, a.state.keep);
       a.pos = 0;
       a.state.seed = undefined;
       this.fresh.push(a);
@@ -180,7 +185,10 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
       const { request: a, tokens } = row;
       const from = a.state.seed;
       a.state.seed = undefined;
-      return { id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens, from, ...(row.replay === true ? { replay: true } : {}) };
+      // Rows within what survived are rebuilt (a chunk boundary or the replay's end is where `keep` falls).
+      const keep = a.state.keep !== undefined && a.pos + tokens.length <= a.state.keep ? a.state.keep : undefined;
+      if (keep === undefined) a.state.keep = undefined;
+      return { id: a.id, tokens, pos: a.pos, cap: a.reservation.capacityTokens, from, ...(row.replay === true ? { replay: true } : {}), ...(keep !== undefined ? { keep } : {}) };
     }), rows[0]?.drafts !== undefined ? { logitsTail: rows[0].drafts.length + 1 } : {});
   }
 

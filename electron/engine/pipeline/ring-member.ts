@@ -22,6 +22,7 @@ import { ProgressRate } from '../progress-rate.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
+import { forwardKeeping, KeptStage, StageOutputs } from '../runtime/stage-keep.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type StageInput } from '../runtime/stage.js';
 import { growth, SegmentedStage, type SegmentCaches } from '../runtime/stage-segments.js';
@@ -106,6 +107,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   /** Bytes of the weights this member's current range reads (its memory need, with the KV cache on top). */
   private rangeBytes = 0;
   private readonly caches = new Map<number, SegmentCaches>();
+  /** The rows this stage sent on, per request; and the previous stage's requests until rebuilt here (stage-keep.ts). */
+  private outputs: StageOutputs | undefined;
+  private keptRequests: KeptStage | undefined;
   /** This stage's part of the prompt cache (runtime/prefix-cache.ts); a new epoch starts without entries. */
   private prefixes: PrefixKvStore | undefined;
   private queue: Promise<void> = Promise.resolve();
@@ -201,6 +205,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.memoryWatch?.stop();
     await this.standby?.pause();
     await this.queue;
+    this.keptRequests?.free();
     await this.stage?.dispose();
     this.stage = undefined;
   }
@@ -250,6 +255,18 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     }
   }
 
+  /**
+   * The running stage's requests wait for the next assignment's stage, which adopts those it
+   * rebuilds where it keeps their segments (stage-keep.ts); what an earlier one kept goes.
+   */
+  private keepRequests(): void {
+    this.keptRequests?.free();
+    this.keptRequests = this.stage !== undefined && this.outputs !== undefined ? new KeptStage(this.stage, new Map(this.caches), this.outputs) : undefined;
+    if (this.keptRequests === undefined) for (const c of this.caches.values()) for (const segment of c) freeCache(segment);
+    this.caches.clear();
+    this.outputs = undefined;
+  }
+
   /** Frees every request's cache and the prompt cache (a new assignment starts without them). */
   private dropCaches(): void {
     for (const c of this.caches.values()) for (const segment of c) freeCache(segment);
@@ -263,6 +280,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     const t0 = performance.now();
     // From now on steps of the old epoch are dropped and a transfer for it ends.
     this.assignment = a;
+    this.keepRequests();
     this.dropCaches();
     this.recentStepMs.length = 0;
     this.weights.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
@@ -281,6 +299,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       const kept = await this.plans.next(a.epoch);
       this.rangeBytes = planBytes(kept);
       this.prefixes = new PrefixKvStore();
+      this.outputs = this.keptRequests?.outputsFor(running) ?? new StageOutputs(running.plan.end, running.shape.hidden);
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs, segments: running.segments.length });
@@ -293,7 +312,11 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     // A range the plan grew keeps the running sessions and opens only the added layers beside them.
     const grow = running !== undefined && a.grow === true && this.opts.growInPlace !== false ? growth(running.plan, running.segments.length, a) : undefined;
     const kept = grow !== undefined ? running : undefined;
-    if (kept === undefined) await old?.dispose();
+    if (kept === undefined) {
+      this.keptRequests?.free();
+      this.keptRequests = undefined;
+      await old?.dispose();
+    }
     let stage: SegmentedStage | undefined;
     let source: WeightsSource;
     let transferredBytes: number;
@@ -315,13 +338,18 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       }
     } finally {
       // The kept sessions go with a load that failed or was replaced.
-      if (stage === undefined) await kept?.dispose();
+      if (stage === undefined && kept !== undefined) {
+        this.keptRequests?.free();
+        this.keptRequests = undefined;
+        await kept.dispose();
+      }
     }
     if (this.closed || this.assignment !== a) {
       await stage.dispose();
       return;
     }
     this.stage = stage;
+    this.outputs = this.keptRequests?.outputsFor(stage) ?? new StageOutputs(stage.plan.end, stage.shape.hidden);
     this.stageModel = model;
     this.stageLocal = source === 'local';
     this.prefixes = new PrefixKvStore();
@@ -450,7 +478,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     if (a === undefined || stage === undefined || a.prev !== peer || link.closed) return;
     let input: StepInput | undefined;
     try {
-      input = await checkStepInput(a, stage, this.caches, msg, this.opts.maxFrameBytes, this.prefixes);
+      const adopt = (id: number, cap: number, keep: number): SegmentCaches | undefined => (this.outputs && this.keptRequests?.adopt(id, stage, cap, keep, this.outputs));
+      input = await checkStepInput(a, stage, this.caches, msg, this.opts.maxFrameBytes, this.prefixes, adopt);
     } catch (err) {
       if (err instanceof StepError && err.kind === 'recoverable') {
         // Caches out of step with the host's view (nobody's offence): the step's requests are recomputed.
@@ -467,7 +496,14 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       return;
     }
     if (input === undefined) return;
-    if (input.kind === 'event') return this.forward(a, encodeRingEvent(input.event));
+    if (input.kind === 'event') {
+      const e = input.event;
+      if (e.type === 'free') {
+        for (const id of e.ids) this.outputs?.drop(id);
+        this.keptRequests?.free(e.ids);
+      }
+      return this.forward(a, encodeRingEvent(e));
+    }
     const { frame, meta, caches, batch, seq } = input;
     const t = frame.tensor;
     try {
@@ -477,7 +513,9 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       }
       const stageInput: StageInput = t.kind === 'ids' ? { kind: 'ids', ids: t.ids, batch, seq } : { kind: 'hidden', hidden: t.hidden, batch, seq };
       const t0 = performance.now();
-      const out = await stage.forward(stageInput, caches, meta.rows[0]?.replay === true ? { replay: true } : {});
+      // A row rebuilt after a re-plan skips the segments that kept it (stage-keep.ts).
+      const store = { outputs: this.outputs, kept: this.keptRequests };
+      const out = await forwardKeeping(stage, stageInput, caches, meta.rows, store, meta.rows[0]?.replay === true ? { replay: true } : {});
       if (out.kind !== 'hidden') throw new Error('a member stage returned logits');
       const own = firstNonFinite(out.hidden);
       if (own >= 0) throw this.numeric(a, this.session.peer ?? 0, `Layers ${a.start}-${a.end} on this member produced NaN or infinity (element ${own}) for step ${meta.step}: a precision problem (fp16 overflow?).`);

@@ -167,8 +167,17 @@ export const RingKind = { STEP: 1, EVENT: 2 } as const;
  * `from`: its first step, whose caches start as a copy of that prompt-cache entry's first `pos` positions.
  * `replay`: the row's tokens were generated before a re-plan; each stage computes them as decode
  * steps, bit for bit (runtime/replay.ts), in one pass where that is exact.
+ * `keep`: the row rebuilds a request after a re-plan; its first `keep` positions survived on every
+ * stage that kept its caches, which skips the layers it still holds them for (runtime/stage-keep.ts).
  */
-export const StepRow = z.strictObject({ id: requestId, pos: z.number().int().nonnegative(), cap: z.number().int().min(1).max(16_777_216), from: requestId.optional(), replay: z.literal(true).optional() });
+export const StepRow = z.strictObject({
+  id: requestId,
+  pos: z.number().int().nonnegative(),
+  cap: z.number().int().min(1).max(16_777_216),
+  from: requestId.optional(),
+  replay: z.literal(true).optional(),
+  keep: z.number().int().min(1).max(16_777_216).optional(),
+});
 export type StepRow = z.infer<typeof StepRow>;
 /** Built once: a zod schema costs far more to build than to run, and this one runs on every hop of every step. */
 const StepRows = z.array(StepRow).max(4096);

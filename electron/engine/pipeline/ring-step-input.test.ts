@@ -75,6 +75,30 @@ describe('what a member stage takes from the previous stage', () => {
     expect(err).toMatchObject({ code: 'RING_PROTOCOL', step: 5, kind: 'malformed' });
   });
 
+  it('starts a rebuilt request from the caches its previous stage kept, without cutting the kept segment back to the row', async () => {
+    const caches = new Map<number, KvCache[]>();
+    const asked: Array<[number, number, number]> = [];
+    // Segment 0 kept all 9 positions that survived, segment 1 is new: the rows skip one and run the other.
+    const adopt = (id: number, cap: number, keep: number): KvCache[] => (asked.push([id, cap, keep]), [Object.assign(kv.empty(cap), { length: keep }), kv.empty(cap)]);
+    const input = await checkStepInput(assign, stage, caches, await step([{ id: 7, pos: 0, cap: 32, keep: 9 }], 6), undefined, undefined, adopt);
+    expect(asked).toEqual([[7, 32, 9]]);
+    expect(input?.kind === 'step' && input.caches[0]!.map((c) => c.length)).toEqual([9, 0]);
+    caches.get(7)![1]!.length = 6;
+    const replay = await checkStepInput(assign, stage, caches, await step([{ id: 7, pos: 6, cap: 32, replay: true, keep: 9 }], 3), undefined, undefined, adopt);
+    expect(replay?.kind === 'step' && replay.caches[0]!.map((c) => c.length)).toEqual([9, 6]);
+    expect(asked.length).toBe(1);
+  });
+
+  it('refuses a rebuilt row past what it says survived as malformed, and one its kept caches do not fit as recoverable', async () => {
+    const past = await refusal(await step([{ id: 1, pos: 0, cap: 16, keep: 4 }], 5));
+    expect(past).toMatchObject({ code: 'RING_PROTOCOL', step: 5, kind: 'malformed' });
+    const batched = await refusal(await step([{ id: 1, pos: 3, cap: 16, keep: 4 }, { id: 2, pos: 3, cap: 16, keep: 4 }]));
+    expect(batched).toMatchObject({ kind: 'malformed' });
+    // A segment holding 2 positions neither runs from 3 nor holds 3-5.
+    const torn = await refusal(await step([{ id: 1, pos: 3, cap: 16, keep: 8 }], 2), new Map([[1, [Object.assign(kv.empty(16), { length: 8 }), Object.assign(kv.empty(16), { length: 2 })]]]));
+    expect(torn).toMatchObject({ code: 'RING_PROTOCOL', step: 5, kind: 'recoverable' });
+  });
+
   it('reports a request whose cache is not where the host says as recoverable (recomputed, nobody\'s offence)', async () => {
     const err = await refusal(await step([{ id: 1, pos: 3, cap: 8 }]), new Map([[1, cacheOf(8, 2)]]));
     expect(err).toMatchObject({ code: 'RING_PROTOCOL', step: 5, kind: 'recoverable' });

@@ -37,8 +37,18 @@ export interface StageCaches {
  * cache is created in `caches`. Throws what is malformed (a StepError once the step id is known);
  * undefined: another epoch's traffic, dropped. maxFrameBytes: default what the shape allows.
  * `prefixes`: this stage's part of the prompt cache (entries kept, dropped, and seeding new requests).
+ * `adopt`: a request rebuilt after a re-plan (its rows say `keep`) starts from the caches the
+ * previous stage kept of it (runtime/stage-keep.ts), where there are any.
  */
-export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<number, KvCache[]>, msg: Uint8Array, maxFrameBytes?: number, prefixes?: PrefixKvStore): Promise<StepInput | undefined> {
+export async function checkStepInput(
+  a: Assign,
+  stage: StageCaches,
+  caches: Map<number, KvCache[]>,
+  msg: Uint8Array,
+  maxFrameBytes?: number,
+  prefixes?: PrefixKvStore,
+  adopt?: (id: number, cap: number, keep: number) => KvCache[] | undefined,
+): Promise<StepInput | undefined> {
   const kind = msg[0];
   if (kind === RingKind.EVENT) {
     const event = decodeRingEvent(msg.subarray(1));
@@ -70,10 +80,18 @@ export async function checkStepInput(a: Assign, stage: StageCaches, caches: Map<
   if (new Set(meta.rows.map((r) => r.id)).size !== batch) throw bad('A step names one request twice.');
   const rowCaches = meta.rows.map((r) => {
     if (r.cap > a.maxPositions || r.pos + seq > r.cap) throw bad(`Request ${r.id} would hold ${r.pos + seq} positions in a cache of ${r.cap} (context ${a.maxPositions}).`);
+    if (r.keep !== undefined && (batch !== 1 || r.pos + seq > r.keep || r.keep > r.cap)) throw bad(`Request ${r.id} rebuilds positions ${r.pos}-${r.pos + seq} of ${r.keep} kept in a cache of ${r.cap}: not one row within what it kept.`);
     let c = caches.get(r.id);
     if (c === undefined && r.pos === 0) {
-      c = stage.emptyCache(r.cap);
+      c = (r.keep !== undefined ? adopt?.(r.id, r.cap, r.keep) : undefined) ?? stage.emptyCache(r.cap);
       caches.set(r.id, c);
+    }
+    // A rebuilt request's segments hold `pos` positions (they run) or every position of the row (kept, skipped).
+    if (c !== undefined && r.keep !== undefined) {
+      if (c.some((segment) => segment.capacity !== r.cap || (segment.length !== r.pos && segment.length < r.pos + seq))) {
+        throw new StepError(meta.step, `Request ${r.id} rebuilds positions ${r.pos}-${r.pos + seq} but this stage holds ${c.map((segment) => segment.length).join('/')} positions for it.`, 'recoverable');
+      }
+      return c;
     }
     // Seeded from a prompt-cache entry this stage holds (else the request is recomputed without it).
     if (c === undefined && r.from !== undefined) {

@@ -45,6 +45,8 @@ export interface SessionHostOptions {
   promptCacheBytes?: number;
   /** Speculative decoding through the ring (runtime/speculative.ts); default off. */
   speculative?: SpeculativeMode;
+  /** After a re-plan, stages that kept a request's caches skip the layers they hold (runtime/stage-keep.ts); default yes, false for comparison. */
+  keepCaches?: boolean;
   /** A small model of the same vocabulary that drafts on the host (runtime/draft-model.ts); the ring owns it (closes it). */
   drafter?: DraftModelDrafter;
   provider?: ExecutionProvider;

@@ -24,6 +24,7 @@ import { createTokenizer } from '../model/tokenizer/tokenizer.js';
 import type { PlanJson } from '../planner/plan-json.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { KvBlockPool } from '../runtime/kv-pool.js';
+import { keptRowBytes } from '../runtime/memory-model.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import { modelFingerprint, type ShardCache } from '../runtime/shard-cache.js';
 import type { WeightLayout } from '../runtime/weights/convert.js';
@@ -319,8 +320,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     const tokenizer = createTokenizer(file.metadata);
     const ring = await this.buildRing(this.activeMembers(), model, signal);
     this.ring = ring;
-    // Per position: K and V of every layer over the ring (f32), for admission.
-    const bytesPerToken = 2 * shape.blockCount * shape.kvHeads * attentionHeadDim(shape) * 4;
+    // Per position: K and V of every layer over the ring (f32) and the rows each stage keeps (stage-keep.ts), for admission.
+    const bytesPerToken = 2 * shape.blockCount * shape.kvHeads * attentionHeadDim(shape) * 4 + ring.order.length * keptRowBytes(shape.hidden);
     const blockTokens = 16;
     const budgetBlocks = Math.floor((this.opts.kvBudgetBytes ?? 1024 ** 3) / (bytesPerToken * blockTokens));
     const pool = new KvBlockPool(Math.max(Math.ceil(shape.maxPositions / blockTokens), budgetBlocks), blockTokens, bytesPerToken);
@@ -331,6 +332,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       promptCacheBytes: this.opts.promptCacheBytes ?? 0,
       ...(this.opts.speculative !== undefined ? { speculative: this.opts.speculative } : {}),
       ...(this.opts.drafter !== undefined ? { drafter: this.opts.drafter } : {}),
+      ...(this.opts.keepCaches === false ? { keepCaches: false } : {}),
       onRingFault: (err) => this.replans.request(err.message, true),
     });
     this.backend.attach({ file, tokenizer, generator: this.generator, contextTokens: shape.maxPositions });
@@ -416,6 +418,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     if (old !== undefined && blocks !== 'keep' && blocks !== 'grow') await old.dispose();
     const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
       epoch, first, head: this.head, ...assignment.engine,
+      // Requests rebuilt on this ring skip the blocks the host's stage kept of them (stage-keep.ts).
+      kept: this.ring?.engine.handOver(),
       maxRows: this.opts.maxBatch ?? 8,
       onBroken: (err) => this.replans.request(err.message, true),
       onPeerFault: (peer, fault, err) => this.onPeerFault(peer, fault, err),

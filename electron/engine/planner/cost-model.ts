@@ -54,7 +54,7 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
   const { model } = fleet;
   // Resident weights (the runtime's packed form when known) plus the KV cache of every request and the block's share of the prompt cache.
   const blockMemoryBytes = (model.blockResidentBytes ?? model.blockBytes) + model.kvBytesPerTokenPerLayer * fleet.context * fleet.concurrency + (model.promptCacheBytesPerBlock ?? 0);
-  const overhead = stageOverheadAt(model, fleet.context);
+  const overhead = stageOverheadAt(model, fleet.context, fleet.concurrency);
   const headShare = model.headBytes / model.blockBytes;
   // Bytes a token reads, in the runtime's form when known (the time tiers price reads).
   const blockRead = model.blockResidentBytes ?? model.blockBytes;

@@ -42,6 +42,8 @@ export interface ModelSizes {
   stageOverheadBytes?: number;
   /** Scratch every stage process needs per position of context on top (a prefill chunk's attention scores); absent: 0. */
   scratchBytesPerPosition?: number;
+  /** The rows a stage keeps of each request per position (what it sent on, runtime/stage-keep.ts), per request; absent: 0. */
+  keptRowBytesPerPosition?: number;
   /**
    * KV of cached prompt prefixes one block may hold (the host's --prompt-cache-mb bound, which every
    * stage keeps its layers' share of: pipeline/member-budget.ts promptCacheSizes); absent: 0.
@@ -158,6 +160,7 @@ const sizesSchema = z.strictObject({
   head_read_bytes: byteCount.optional(),
   stage_overhead_bytes: byteCount.optional(),
   scratch_bytes_per_position: byteCount.optional(),
+  kept_row_bytes_per_position: byteCount.optional(),
 });
 
 const ggufSchema = z.strictObject({ gguf: z.string().min(1).max(4096) });
@@ -196,12 +199,14 @@ type RawSizes = z.infer<typeof sizesSchema>;
 
 /**
  * Memory a stage process needs besides its blocks and head at `context` positions: the fixed
- * overhead, the scratch that grows with the context and, where the runtime's own memory is modelled
- * (stageOverheadBytes), what a re-plan's one-pass replay leaves (ring stages replay in one pass).
+ * overhead, the scratch that grows with the context, the rows it keeps of `concurrency` requests
+ * (runtime/stage-keep.ts) and, where the runtime's own memory is modelled (stageOverheadBytes),
+ * what a re-plan's one-pass replay leaves (ring stages replay in one pass).
  */
-export function stageOverheadAt(sizes: ModelSizes, context: number): number {
-  if (sizes.stageOverheadBytes === undefined) return (sizes.scratchBytesPerPosition ?? 0) * context;
-  return sizes.stageOverheadBytes + (sizes.scratchBytesPerPosition ?? 0) * context + replayScratchBytes(sizes.kvBytesPerTokenPerLayer, context);
+export function stageOverheadAt(sizes: ModelSizes, context: number, concurrency = 1): number {
+  const perPosition = (sizes.scratchBytesPerPosition ?? 0) * context + (sizes.keptRowBytesPerPosition ?? 0) * context * concurrency;
+  if (sizes.stageOverheadBytes === undefined) return perPosition;
+  return sizes.stageOverheadBytes + perPosition + replayScratchBytes(sizes.kvBytesPerTokenPerLayer, context);
 }
 
 /** Validates a parsed JSON value as a fleet file; throws FLEET_INVALID naming the bad field. */
@@ -266,6 +271,7 @@ export function checkModelSizes(sizes: ModelSizes): ModelSizes {
   if (sizes.headReadBytes !== undefined) raw.head_read_bytes = sizes.headReadBytes;
   if (sizes.stageOverheadBytes !== undefined) raw.stage_overhead_bytes = sizes.stageOverheadBytes;
   if (sizes.scratchBytesPerPosition !== undefined) raw.scratch_bytes_per_position = sizes.scratchBytesPerPosition;
+  if (sizes.keptRowBytesPerPosition !== undefined) raw.kept_row_bytes_per_position = sizes.keptRowBytesPerPosition;
   const parsed = sizesSchema.safeParse(raw);
   if (!parsed.success) {
     const problems = parsed.error.issues.slice(0, 5).map((issue) => `${formatPath(issue.path)}: ${issue.message}`);
@@ -297,6 +303,7 @@ function toSizes(raw: RawSizes): ModelSizes {
   if (raw.head_read_bytes !== undefined) out.headReadBytes = raw.head_read_bytes;
   if (raw.stage_overhead_bytes !== undefined) out.stageOverheadBytes = raw.stage_overhead_bytes;
   if (raw.scratch_bytes_per_position !== undefined) out.scratchBytesPerPosition = raw.scratch_bytes_per_position;
+  if (raw.kept_row_bytes_per_position !== undefined) out.keptRowBytesPerPosition = raw.kept_row_bytes_per_position;
   return out;
 }
 

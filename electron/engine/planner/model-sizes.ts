@@ -7,7 +7,7 @@ import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
 import { summarizeModel } from '../model/model-summary.js';
 import type { ModelSummary } from '../model/model-summary.js';
-import { RUNTIME_KV_BYTES_PER_ELEMENT, scratchBytes, scratchBytesPerPosition, tensorResidentBytes } from '../runtime/memory-model.js';
+import { keptRowBytes, RUNTIME_KV_BYTES_PER_ELEMENT, scratchBytes, scratchBytesPerPosition, tensorResidentBytes } from '../runtime/memory-model.js';
 import type { ModelSizes } from './fleet.js';
 
 /** The runtime keeps K and V in f32 (runtime/stage.ts): 4 bytes per element. */
@@ -95,5 +95,6 @@ export function modelSizesFromGguf(file: GgufFile): ModelSizes {
     headReadBytes: headRead,
     stageOverheadBytes: RUNTIME_BASELINE_BYTES + scratchBytes(scratch, true),
     scratchBytesPerPosition: scratchBytesPerPosition(scratch),
+    keptRowBytesPerPosition: keptRowBytes(s.embedding_length),
   };
 }

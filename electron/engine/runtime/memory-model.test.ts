@@ -16,7 +16,7 @@ describe('the runtime memory model', () => {
     expect(packedBytesPerWeightByName('nonsense')).toBe(4);
   });
 
-  test('a stage holds its layers packed, the embedding as GGUF bytes when first, and f32 K/V in 256-position steps', async () => {
+  test('a stage holds its layers packed, the embedding as GGUF bytes when first, and f32 K/V and kept rows in 256-position steps', async () => {
     const file = await openGguf(await testModelPath('stories260K.gguf'));
     const shape = await modelShapeFromGguf(file, { maxPositions: 64 });
     const first = stageResidentBytes(file, shape, { start: 0, end: 2, head: false }, { kvPositions: 10 });
@@ -26,7 +26,7 @@ describe('the runtime memory model', () => {
     expect(first.weights).toBe(later.weights);
     const blk0 = file.tensors.filter((t) => t.name.startsWith('blk.0.') || t.name.startsWith('blk.1.')).reduce((a, t) => a + tensorResidentBytes(t), 0);
     expect(first.weights).toBe(blk0);
-    expect(first.kv).toBe(2 * 2 * shape.kvHeads * shape.headDim * 4 * 256);
+    expect(first.kv).toBe((2 * 2 * shape.kvHeads * shape.headDim * 4 + shape.hidden * 4) * 256);
     const head = stageResidentBytes(file, shape, { start: 4, end: 5, head: true }, { kvPositions: 10 });
     expect(head.weights).toBeGreaterThan(later.weights / 2);
   });

@@ -59,7 +59,7 @@ export interface StageResident {
   weights: number;
   /** token_embd bytes the first stage keeps in JS. */
   embedding: number;
-  /** K/V buffers of the reserved positions. */
+  /** K/V buffers of the reserved positions, and the rows the stage keeps of them (stage-keep.ts). */
   kv: number;
   /** Activations of one decode/prefill run (hidden states, logits, attention scratch). */
   scratch: number;
@@ -109,7 +109,8 @@ export function stageResidentBytes(
   const embedding = plan.start === 0 ? (file.tensor('token_embd.weight')?.byteLength ?? 0) : 0;
   const requests = opts.requests ?? 1;
   const positions = Math.ceil(opts.kvPositions / KV_GROWTH_STEP) * KV_GROWTH_STEP;
-  const kv = (plan.end - plan.start) * 2 * shape.kvHeads * shape.headDim * RUNTIME_KV_BYTES_PER_ELEMENT * positions * requests;
+  // With the K/V of its blocks, the rows a stage with blocks keeps of each request (stage-keep.ts).
+  const kv = ((plan.end - plan.start) * 2 * shape.kvHeads * shape.headDim * RUNTIME_KV_BYTES_PER_ELEMENT + (plan.end > plan.start ? keptRowBytes(shape.hidden) : 0)) * positions * requests;
   const scratchShape = { hidden: shape.hidden, ffn: ffnWidth(file, shape.hidden), heads: shape.heads, vocab: shape.vocab };
   const scratch = scratchBytes(scratchShape, plan.head) + scratchBytesPerPosition(scratchShape) * opts.kvPositions;
   return { weights, embedding, kv, scratch, total: weights + embedding + kv + scratch };
@@ -177,6 +178,11 @@ export function replayRowBytes(kvBytesPerTokenPerLayer: number, positions: numbe
  */
 export function replayScratchBytes(kvBytesPerTokenPerLayer: number, context: number): number {
   return SCRATCH_RETENTION * Math.max(REPLAY_CHUNK_BYTES, replayRowBytes(kvBytesPerTokenPerLayer, context));
+}
+
+/** The rows a stage keeps of a request per position: what it sent on, f32 (stage-keep.ts). */
+export function keptRowBytes(hidden: number): number {
+  return hidden * 4;
 }
 
 /** The part that grows with the positions a request reaches: a chunk's attention scores and probabilities, every head, f32. */

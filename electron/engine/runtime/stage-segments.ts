@@ -51,6 +51,44 @@ export class SegmentedStage {
     }
   }
 
+  /**
+   * One request's row rebuilt after a re-plan (one row, positions [pos, pos + seq), stage-keep.ts):
+   * a segment whose cache still holds these positions is skipped; any other runs, fed from the rows
+   * before it: the input, the segment run before it, or `kept` (the rows at layer `kept.at`). The
+   * output is the last segment's, or the kept rows where the stage ends at `kept.at`.
+   */
+  async resumeForward(
+    input: StageInput,
+    caches: SegmentCaches,
+    pos: number,
+    kept: { at: number; rows: (from: number, to: number) => Float32Array | undefined } | undefined,
+    opts: Parameters<Stage['forward']>[2] = {},
+  ): Promise<StageOutput> {
+    const { seq } = input;
+    if (input.batch !== 1) throw new Error('resumeForward: one row at a time');
+    const rowsAt = (layer: number): StageInput => {
+      const hidden = kept?.at === layer ? kept.rows(pos, pos + seq) : undefined;
+      if (hidden === undefined) throw new Error(`no rows at layer ${layer} for positions ${pos}-${pos + seq} to rebuild from`);
+      return { kind: 'hidden', hidden, batch: 1, seq };
+    };
+    let x = input;
+    let live = this.plan.start;
+    for (let s = 0; s < this.segments.length; s++) {
+      const segment = this.segments[s]!;
+      const c = caches[s]!;
+      if (c.length >= pos + seq) continue;
+      if (c.length !== pos) throw new Error(`segment ${segment.plan.start}-${segment.plan.end} holds ${c.length} positions, not ${pos}`);
+      if (live !== segment.plan.start) x = rowsAt(segment.plan.start);
+      const out = await segment.forward(x, [c], segment.plan.head ? opts : { ...opts, hiddenNorm: false, logitsTail: 1 });
+      if (out.kind === 'logits') return out;
+      x = { kind: 'hidden', hidden: out.hidden, batch: 1, seq };
+      live = segment.plan.end;
+    }
+    const out = live === this.plan.end ? x : rowsAt(this.plan.end);
+    if (out.kind !== 'hidden') throw new Error('resumeForward: a stage that ran nothing got token ids');
+    return { kind: 'hidden', hidden: out.hidden };
+  }
+
   /** This stage with the segments `before` and `after` (opened for the ranges growth() named) around it. */
   grown(before: Stage | undefined, after: Stage | undefined): SegmentedStage {
     return new SegmentedStage([...(before ? [before] : []), ...this.segments, ...(after ? [after] : [])]);
