@@ -21,6 +21,7 @@ import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { hugePagesEnv } from '../electron/engine/device/huge-pages.js';
 
 const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 7);
 const LONG = Number(process.env.KIWI_BENCH_LONG ?? 2048);
@@ -206,6 +207,8 @@ function spawnWorker(engine: WorkerKind, modelPath: string, cacheDir: string, la
   const proc = fork(fileURLToPath(import.meta.url), ['--worker', engine, modelPath, cacheDir, layout], {
     execArgv: ['--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    // Kiwi's workers run with huge pages where `kiwi` itself would (KIWI_HUGE_PAGES=0: without).
+    ...(engine !== 'llama.cpp' ? { env: hugePagesEnv() } : {}),
   });
   return new Child(proc);
 }

@@ -1,5 +1,6 @@
 # Native device probes for Kiwi, built with node-gyp (plain Node-API C, no C++ runtime needed).
 # kiwi_membw: host memory read bandwidth with every core (electron/engine/device/memory-bandwidth.ts).
+# kiwi_exec: execve(2) for the restart with huge pages (electron/engine/device/huge-pages.ts); not on Windows.
 {
   "targets": [
     {
@@ -13,5 +14,18 @@
         ["OS!='win'", { "libraries": ["-lpthread"] }]
       ]
     }
+  ],
+  "conditions": [
+    ["OS!='win'", {
+      "targets": [
+        {
+          "target_name": "kiwi_exec",
+          "sources": ["src/exec.c"],
+          "defines": ["NAPI_VERSION=8"],
+          "cflags": ["-O2", "-std=c11"],
+          "xcode_settings": { "OTHER_CFLAGS": ["-std=c11"] }
+        }
+      ]
+    }]
   ]
 }
