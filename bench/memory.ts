@@ -17,6 +17,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { hugePagesEnv } from '../electron/engine/device/huge-pages.js';
 
 const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0,q4_k,q6_k').split(',');
 const SHAPE = process.env.KIWI_BENCH_SHAPE ?? 'llama-3.2-1b';
@@ -96,6 +97,8 @@ async function measure(engine: Engine, modelPath: string, cacheDir: string): Pro
   const proc = fork(fileURLToPath(import.meta.url), ['--child', engine, modelPath, cacheDir], {
     execArgv: ['--import', 'tsx'],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    // Kiwi's children run with huge pages where `kiwi` itself would (KIWI_HUGE_PAGES=0: without).
+    ...(engine !== 'llama.cpp' ? { env: hugePagesEnv() } : {}),
   });
   let peakAnon = 0;
   let sampling = true;

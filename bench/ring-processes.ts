@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { hugePagesEnv } from '../electron/engine/device/huge-pages.js';
 import { kiwiCacheDir } from '../electron/engine/paths.js';
 import { RingMember } from '../electron/engine/pipeline/ring-member.js';
 import { ShardCache } from '../electron/engine/runtime/shard-cache.js';
@@ -62,7 +63,8 @@ export function processSet(root: string, env: NodeJS.ProcessEnv): ProcessSet {
   const children: ChildProcess[] = [];
   const proxies: DelayProxy[] = [];
   const spawnNode = (args: string[]): Spawned => {
-    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', ...args], { cwd: root, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    // Processes that run stages without the `kiwi` command get the huge pages it would restart with.
+    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', ...args], { cwd: root, env: hugePagesEnv(env), stdio: ['pipe', 'pipe', 'pipe'] });
     children.push(child);
     const events: Array<Record<string, unknown>> = [];
     const waiters: Array<() => void> = [];

@@ -35,6 +35,10 @@ import { openStageWeights } from '../electron/engine/runtime/stage-weights.js';
 import type { WeightTimes } from '../electron/engine/runtime/stage-weights.js';
 import { stageGraphBuilder } from '../electron/engine/runtime/stage-graph.js';
 import { createStageSession, f32Tensor, i32Tensor, tensorOf } from '../electron/engine/ort/session.js';
+import { restartWithHugePages } from '../electron/engine/device/huge-pages.js';
+
+// Stages open here as in `kiwi`: with huge pages where it would restart with them (KIWI_HUGE_PAGES=0: without).
+restartWithHugePages();
 
 const QUANTS = (process.env.KIWI_BENCH_QUANTS ?? 'q4_0,q8_0,q4_k_m').split(',');
 const DIR = process.env.KIWI_BENCH_DIR ?? '/tmp/kiwi-shard-build';

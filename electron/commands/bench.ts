@@ -5,6 +5,7 @@
 // device/ and runtime/ do not import each other.
 import { KiwiError } from '../engine/errors.js';
 import { runDeviceBench, type BlockProbe, type DeviceBenchJson } from '../engine/device/device-bench.js';
+import { hugePagesFacts, hugePagesInWords } from '../engine/device/huge-pages.js';
 import { openGguf } from '../engine/model/gguf/gguf-reader.js';
 import { blockProbeKey, blockShapeOf, measureBlock } from '../engine/runtime/block-probe.js';
 import type { ExecutionProvider } from '../engine/ort/session.js';
@@ -91,6 +92,7 @@ function formatBench(r: DeviceBenchJson): string {
     ...(r.block !== null
       ? [['block', `${r.block.block_ms} ms per decoder block + ${r.block.step_ms ?? 0} ms per step + ${r.block.position_ms !== undefined ? (r.block.position_ms * 1000).toFixed(2) : '?'} µs per block per cached position (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]]
       : []),
+    ['huge pages', hugePagesInWords(hugePagesFacts())],
     ['measured', `${r.measured_at}${r.cached ? ' (cached)' : ''}`],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));

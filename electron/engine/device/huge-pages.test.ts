@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ProcessSet, waitEvent } from '../test-support/processes.js';
-import { hugePagesEnv, hugePagesFacts, hugePagesRestart, type HugePagesFacts } from './huge-pages.js';
+import { hugePagesEnv, hugePagesFacts, hugePagesInWords, hugePagesRestart, type HugePagesFacts } from './huge-pages.js';
 import { loadExecAddon } from './native-addon.js';
 
 const linux = (over: Partial<HugePagesFacts> = {}): HugePagesFacts => ({
@@ -50,6 +50,19 @@ describe('hugePagesRestart', () => {
     expect(reason(linux({ thp: 'always madvise [never]' }))).toMatch(/'never'/);
     expect(reason(linux({ thp: undefined }))).toMatch(/not available/);
     expect(reason(linux({ cmdline: '' }))).toMatch(/unreadable/);
+  });
+});
+
+describe('hugePagesInWords', () => {
+  it('says whether large allocations get huge pages, and why not', () => {
+    expect(hugePagesInWords(linux({ env: { GLIBC_TUNABLES: 'glibc.malloc.hugetlb=1' } }))).toBe('yes (glibc.malloc.hugetlb=1)');
+    expect(hugePagesInWords(linux({ thp: '[always] madvise never' }))).toBe("yes (transparent huge pages are 'always')");
+    expect(hugePagesInWords(linux())).toMatch(/^no \(kiwi could not restart with them/);
+    expect(hugePagesInWords(linux({ env: { GLIBC_TUNABLES: 'glibc.malloc.hugetlb=0' } }))).toMatch(/^no \(already set/);
+    expect(hugePagesInWords(linux({ env: { GLIBC_TUNABLES: 'glibc.malloc.hugetlb=1', KIWI_HUGE_PAGES: '0' } }))).toBe('yes (glibc.malloc.hugetlb=1)');
+    expect(hugePagesInWords(linux({ env: { KIWI_HUGE_PAGES: '0' } }))).toBe('no (KIWI_HUGE_PAGES=0)');
+    expect(hugePagesInWords(linux({ thp: 'always madvise [never]', env: { GLIBC_TUNABLES: 'glibc.malloc.hugetlb=1' } }))).toBe("no (transparent huge pages are 'never')");
+    expect(hugePagesInWords(linux({ platform: 'darwin' }))).toMatch(/Linux only/);
   });
 });
 

@@ -1,10 +1,11 @@
 // Huge pages for onnxruntime's packed weights (Linux). A stage's weights live in anonymous memory
 // that onnxruntime fills at session creation (prepacking, ../../../shared/docs/ONNXRUNTIME-NOTES.md);
-// in 4 KiB pages that is one page fault per 4 KiB while a stage opens and a TLB miss on most
-// weight reads while it runs. glibc asks the kernel for 2 MiB pages when its tunable
+// in 4 KiB pages that is one page fault per 4 KiB, most of a stage's opening time on the 2-core dev
+// VM (perf: a memset and its faults). glibc asks the kernel for 2 MiB pages when its tunable
 // glibc.malloc.hugetlb=1 is set, which works where transparent huge pages are in 'madvise' mode
-// (most distributions' default). Measured on the 2-core dev VM (bench/huge-pages.ts): opening 8
-// layers of an 8B Q4_0 5.3 -> 4.1 s, decode of a 1B Q4_0 28 -> 32 tok/s.
+// (most distributions' default). Measured there: opening 8 layers of an 8B Q4_0 5.3 -> 4.1 s, a
+// 1B `kiwi generate` start to exit 10-30% shorter (bench/huge-pages.ts); decode speed did not
+// change beyond that machine's run-to-run noise.
 // glibc reads its tunables only when a program starts, so `kiwi` restarts itself once, at its very
 // beginning, with the tunable set: through execve, so the pid, the open files and the terminal
 // stay the same for whatever started and watches it. KIWI_HUGE_PAGES=0 leaves the process as it is.
@@ -31,9 +32,9 @@ export function hugePagesRestart(f: HugePagesFacts): HugePagesRestart {
   if (f.env.KIWI_HUGE_PAGES === '0') return { restart: false, reason: 'KIWI_HUGE_PAGES=0' };
   const tunables = f.env.GLIBC_TUNABLES ?? '';
   if (tunables.split(':').some((t) => t.startsWith('glibc.malloc.hugetlb='))) return { restart: false, reason: `already set: GLIBC_TUNABLES=${tunables}` };
-  const mode = /\[(\w+)\]/.exec(f.thp ?? '')?.[1];
+  const mode = thpMode(f.thp);
   // 'always' gives every large mapping huge pages already; 'never' gives none whatever glibc asks.
-  if (mode !== 'madvise') return { restart: false, reason: mode === undefined ? 'transparent huge pages are not available' : `transparent huge pages are '${mode}'` };
+  if (mode !== 'madvise') return { restart: false, reason: thpUnused(mode) };
   const args = (f.cmdline ?? '').split('\0');
   if (args.at(-1) === '') args.pop();
   if (args.length === 0) return { restart: false, reason: 'the command line is unreadable' };
@@ -74,6 +75,27 @@ export function restartWithHugePages(env: NodeJS.ProcessEnv = process.env): stri
     return `execve failed: ${(err as Error).message}`;
   }
   return 'unreachable';
+}
+
+/** Whether a process with these facts has its large allocations in huge pages, in words (`kiwi bench`). */
+export function hugePagesInWords(f: HugePagesFacts): string {
+  if (f.platform !== 'linux') return 'no (huge pages through glibc are Linux only)';
+  const mode = thpMode(f.thp);
+  if (mode === 'always') return "yes (transparent huge pages are 'always')";
+  if (mode !== 'madvise') return `no (${thpUnused(mode)})`;
+  const tunable = (f.env.GLIBC_TUNABLES ?? '').split(':').find((t) => t.startsWith('glibc.malloc.hugetlb='));
+  if (tunable !== undefined && tunable !== 'glibc.malloc.hugetlb=0') return `yes (${tunable})`;
+  const plan = hugePagesRestart(f);
+  return `no (${plan.restart ? 'kiwi could not restart with them: is native/build/Release/kiwi_exec.node built?' : plan.reason})`;
+}
+
+/** The bracketed mode of /sys/kernel/mm/transparent_hugepage/enabled: 'always', 'madvise', 'never' (undefined: unreadable). */
+function thpMode(thp: string | undefined): string | undefined {
+  return /\[(\w+)\]/.exec(thp ?? '')?.[1];
+}
+
+function thpUnused(mode: string | undefined): string {
+  return mode === undefined ? 'transparent huge pages are not available' : `transparent huge pages are '${mode}'`;
 }
 
 /** This process's facts, with `env`. */

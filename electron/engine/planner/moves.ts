@@ -1,9 +1,10 @@
 // Re-plans that keep what members hold (issue 15): which blocks each device holds now, how many a
 // stage would have to fetch, and, for a fixed chain, the division within a bottleneck bound that
-// fetches the fewest blocks and, among those, opens the fewest blocks anew (a device that keeps
-// the very range it runs keeps its stage, a member whose range grows opens the added blocks as
-// segments beside it; any other range is a new session over all its blocks, about 0.4 s a block at
-// 8B on 2 cores even when every layer is built). Pure.
+// fetches the fewest blocks; among those, the one whose busiest stage opens the fewest blocks anew
+// (stages open in parallel, so a recovery waits for the one that opens the most), then the fewest
+// opened in all. A device that keeps the very range it runs keeps its stage, a member whose range
+// grows opens the added blocks as segments beside it; any other range is a new session over all
+// its blocks, about 0.5 s a block at 8B on 2 cores even when every layer is built. Pure.
 import { growth } from '../runtime/stage-segments.js';
 import { costCapacityBlocks, memoryCapacityBlocks, stageCost, type DeviceCost } from './cost-model.js';
 import type { LayerRange, RunningRange } from './fleet.js';
@@ -54,11 +55,26 @@ export function stageSegments(runs: ReadonlyArray<RunningRange | undefined>, dev
 
 /**
  * The division of `layers` blocks over `chain` (chain[0] holds the head) whose every stage costs at
- * most `bound` and fits in memory, fetching the fewest blocks; among those, opening the fewest
- * blocks anew (`runs`: the range each device runs now); then the lowest bottleneck.
- * Returns the counts per chain position, or null when no division meets the bound.
+ * most `bound` and fits in memory, fetching the fewest blocks; among those, the one whose stage
+ * that opens the most blocks anew opens the fewest (`runs`: the range each device runs now; the
+ * stages open in parallel, so a recovery waits for the longest), then the fewest opened in all,
+ * then the lowest bottleneck. Returns the counts per chain position, or null when no division
+ * meets the bound.
  */
 export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number[], layers: number, held: HeldPrefix, bound: number, runs: ReadonlyArray<RunningRange | undefined> = []): number[] | null {
+  const free = divide(costs, chain, layers, held, bound, runs, Number.POSITIVE_INFINITY);
+  if (free === null) return null;
+  // A maximum is not a sum the division's recursion can carry: try each cap on a stage's opened
+  // blocks, lowest first, and keep the first that fetches no more.
+  for (let cap = 0; cap < free.maxOpen; cap++) {
+    const capped = divide(costs, chain, layers, held, bound, runs, cap);
+    if (capped !== null && capped.miss === free.miss) return capped.counts;
+  }
+  return free.counts;
+}
+
+/** fewestMoves among divisions whose every stage opens at most `maxOpen` blocks anew: fewest fetched, then fewest opened, then the lowest bottleneck. */
+function divide(costs: readonly DeviceCost[], chain: readonly number[], layers: number, held: HeldPrefix, bound: number, runs: ReadonlyArray<RunningRange | undefined>, maxOpen: number): { counts: number[]; miss: number; maxOpen: number } | null {
   const m = chain.length;
   if (m === 0 || layers < m) return null;
   const maxPerDevice = layers - (m - 1);
@@ -89,8 +105,10 @@ export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number
         const s = e - k;
         const before = miss[s] as number;
         if (before === INF) continue;
+        const reopen = reopenBlocks(runs, d, s, e);
+        if (reopen > maxOpen) continue;
         const mv = before + fetchBlocks(held, d, s, e);
-        const op = (open[s] as number) + reopenBlocks(runs, d, s, e);
+        const op = (open[s] as number) + reopen;
         // A stage grown in place pays a step's fixed part per segment: within the bound or not at all.
         const cost = stageCost(c, k, i === 0, stageSegments(runs, d, s, e));
         if (cost > bound) continue;
@@ -111,10 +129,12 @@ export function fewestMoves(costs: readonly DeviceCost[], chain: readonly number
   }
   if (miss[layers] === INF) return null;
   const counts = new Array<number>(m).fill(0);
+  let most = 0;
   for (let i = m - 1, e = layers; i >= 0; i--) {
     const s = (from[i] as Int32Array)[e] as number;
     counts[i] = e - s;
+    most = Math.max(most, reopenBlocks(runs, chain[i] as number, s, e));
     e = s;
   }
-  return counts;
+  return { counts, miss: miss[layers] as number, maxOpen: most };
 }

@@ -122,17 +122,15 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   let counts = chosen.part.counts;
   if (devices.some((d) => (d.holds?.length ?? 0) > 0)) {
     // Re-plans keep what members hold: the division within the margin of this head's best
-    // bottleneck that fetches the fewest blocks, then reopens the fewest (stages kept as they
-    // run), unless the fastest one does no worse.
+    // bottleneck that fetches the fewest blocks, then reopens the fewest on its busiest stage and
+    // in all (stages kept as they run), unless the fastest one does no worse.
     const bound = chosen.part.bottleneck * (1 + (options.moveMargin ?? MOVE_MARGIN));
     const fewest = fewestMoves(costs, chosen.chain, model.layers, held, bound, runs);
-    const work = (c: readonly number[]): [number, number] => [
-      overStages(chosen.chain, c, (d, s, e) => fetchBlocks(held, d, s, e)), overStages(chosen.chain, c, (d, s, e) => reopenBlocks(runs, d, s, e)),
-    ];
-    if (fewest !== null) {
-      const [[fetchFewest, openFewest], [fetchFastest, openFastest]] = [work(fewest), work(counts)];
-      if (fetchFewest < fetchFastest || (fetchFewest === fetchFastest && openFewest < openFastest)) counts = fewest;
-    }
+    const work = (c: readonly number[]): number[] => {
+      const reopened = perStage(chosen.chain, c, (d, s, e) => reopenBlocks(runs, d, s, e));
+      return [sum(perStage(chosen.chain, c, (d, s, e) => fetchBlocks(held, d, s, e))), Math.max(...reopened), sum(reopened)];
+    };
+    if (fewest !== null && lexicographicallyLess(work(fewest), work(counts))) counts = fewest;
   }
   const division = evaluate(costs, chosen.chain, counts, held, runs);
   const edges = rotate(ring.edges, chosen.r);
@@ -194,16 +192,21 @@ function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiErr
   return new KiwiError('PLAN_INSUFFICIENT_MEMORY', message, { device, short_by_bytes: short.shortByBytes });
 }
 
-/** Σ over the stages of `counts` along `chain` of `blocks(device, start, end)` (blocks fetched, blocks reopened). */
-function overStages(chain: readonly number[], counts: readonly number[], blocks: (device: number, start: number, end: number) => number): number {
+/** Per stage of `counts` along `chain`, `blocks(device, start, end)` (blocks fetched, blocks reopened). */
+function perStage(chain: readonly number[], counts: readonly number[], blocks: (device: number, start: number, end: number) => number): number[] {
   let start = 0;
-  let n = 0;
-  chain.forEach((device, i) => {
+  return chain.map((device, i) => {
     const k = counts[i] as number;
-    n += blocks(device, start, start + k);
     start += k;
+    return blocks(device, start - k, start);
   });
-  return n;
+}
+
+const sum = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0);
+
+function lexicographicallyLess(a: readonly number[], b: readonly number[]): boolean {
+  const i = a.findIndex((x, j) => x !== b[j]);
+  return i >= 0 && (a[i] as number) < (b[i] as number);
 }
 
 function checkHolds(fleet: Fleet): void {
