@@ -18,7 +18,9 @@
 // 520). Writes bench/results/faults-8b.json.
 // KIWI_KEEP_CACHES=0 (read by `kiwi host`): a re-plan rebuilds every layer of the live requests
 // instead of skipping those the survivors kept (runtime/stage-keep.ts), for comparison; the JSON
-// then goes to faults[-8b]-rebuild-all.json.
+// then goes to faults[-8b]-rebuild-all.json. KIWI_CUT_MIN_MB=off (read by `kiwi host`): stages
+// are never split where losing a member would cut them (pipeline/fault-cuts.ts), so a survivor
+// whose range moves reopens it whole; the JSON then goes to faults[-8b]-no-cuts.json.
 // Run: npx tsx bench/faults.ts
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -200,8 +202,9 @@ interface Load {
   /** Time receiving them, ms (absent when nothing was received). */
   transferMs?: number;
   loadMs: number;
-  /** The sessions its stage runs in after the load (more than one: grown in place). */
+  /** The sessions its stage runs in after the load (more than one: reshaped or opened split), and the layers it opened anew. */
   segments?: number;
+  openedLayers?: number;
 }
 
 async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<string, string>): Promise<Trial> {
@@ -257,9 +260,9 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
   const gap = killedAt > 0 ? stallAfter(got.pieces, killedAt) : undefined;
   // The host's own stage first (its blocks open beside the members' loads), then each surviving member's.
   const hostLoads = r.host.events.slice(seenEvents).filter((e) => e.event === 'stage-ready' && e.peer === 0 && typeof e.load_ms === 'number')
-    .map((e) => ({ member: 'host', source: e.source as string, transferredBytes: 0, loadMs: e.load_ms as number, ...(typeof e.segments === 'number' ? { segments: e.segments } : {}) }));
+    .map((e) => ({ member: 'host', source: e.source as string, transferredBytes: 0, loadMs: e.load_ms as number, ...(typeof e.segments === 'number' ? { segments: e.segments } : {}), ...(typeof e.opened_layers === 'number' ? { openedLayers: e.opened_layers } : {}) }));
   const loads = [...hostLoads, ...names.filter((n) => !victims.includes(n)).flatMap((n) => r.member(n).events.slice(seenByMember.get(n)).filter((e) => e.event === 'ready')
-    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}), ...(typeof e.segments === 'number' ? { segments: e.segments } : {}) })))];
+    .map((e) => ({ member: n, source: e.source as string, transferredBytes: e.transferred_bytes as number, loadMs: e.load_ms as number, ...(typeof e.transfer_ms === 'number' ? { transferMs: e.transfer_ms } : {}), ...(typeof e.segments === 'number' ? { segments: e.segments } : {}), ...(typeof e.opened_layers === 'number' ? { openedLayers: e.opened_layers } : {}) })))];
   // What the re-plans' plans said the members must fetch (given what they hold), to set against what moved.
   const planFetchBytes = r.host.events.slice(seenEvents).filter((e) => e.event === 'plan').reduce((n, e) => n + ((e.fetch_bytes as number | undefined) ?? 0), 0);
   return {
@@ -325,7 +328,8 @@ const summary = {
 /** A survivor's load: its source, what it received and at what rate, and the whole load's time. */
 function loadText(l: Load): string {
   const rate = l.transferMs !== undefined && l.transferMs > 0 && l.transferredBytes > 0 ? ` ${(l.transferredBytes / 2 ** 20).toFixed(0)} MiB at ${(l.transferredBytes / 1e3 / l.transferMs).toFixed(0)} MB/s,` : '';
-  return `${l.member} ${l.source}${rate} ${l.loadMs} ms${l.segments !== undefined && l.segments > 1 ? ` (${l.segments} segments)` : ''}`;
+  const detail = [l.segments !== undefined && l.segments > 1 ? `${l.segments} segments` : '', l.openedLayers !== undefined ? `${l.openedLayers} layers opened` : ''].filter((x) => x !== '').join(', ');
+  return `${l.member} ${l.source}${rate} ${l.loadMs} ms${detail !== '' ? ` (${detail})` : ''}`;
 }
 
 /** Kill -> next token less the wait for the re-plan and the re-plan itself (one re-plan only). */
@@ -359,7 +363,7 @@ for (const t of trials) {
 console.log(`re-plans after a fault: ${summary.replans} (median ${summary.recoveryMs.median ?? '-'} ms, max ${summary.recoveryMs.max} ms, ${summary.resumedRequests} requests resumed); members planned in again: ${summary.rejoins.replans} re-plans, ${summary.rejoins.bytesMoved} bytes moved`);
 const out = join(import.meta.dirname, 'results');
 await mkdir(out, { recursive: true });
-const variant = process.env.KIWI_KEEP_CACHES === '0' ? '-rebuild-all' : '';
+const variant = `${process.env.KIWI_KEEP_CACHES === '0' ? '-rebuild-all' : ''}${process.env.KIWI_CUT_MIN_MB === 'off' ? '-no-cuts' : ''}`;
 await writeFile(join(out, `${LARGE ? 'faults-8b' : 'faults'}${variant}.json`), `${JSON.stringify({ ...summary, rows: trials }, null, 2)}\n`);
 await rm(dir, { recursive: true, force: true });
 process.exit(0);

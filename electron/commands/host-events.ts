@@ -60,7 +60,7 @@ export function printRingEvents(ring: SessionHost, server: OpenAiServer, print: 
   const wireName = (w: StageStatus['wire']): string | null => (w === undefined ? null : `${w.encoding}${w.zstd ? '+zstd' : ''}`);
   ring.on('ready', (s) => print('stage-ready', {
     peer: s.peer, name: s.name, start: s.start, end: s.end, source: s.source ?? null, transferred_bytes: s.transferredBytes ?? 0, wire: wireName(s.wire),
-    ...(s.loadMs !== undefined ? { load_ms: Math.round(s.loadMs) } : {}), ...(s.segments !== undefined ? { segments: s.segments } : {}),
+    ...(s.loadMs !== undefined ? { load_ms: Math.round(s.loadMs) } : {}), ...(s.segments !== undefined ? { segments: s.segments } : {}), ...(s.openedLayers !== undefined ? { opened_layers: s.openedLayers } : {}),
   },
     `${s.name} is ready (${layerRangeText(s.start, s.end)}${s.wire !== undefined ? `, sends ${wireName(s.wire)}` : ''})`));
   ring.on('serving', () => print('serving', { url: server.url }, `Serving the OpenAI-compatible API at ${server.url}`));

@@ -237,6 +237,14 @@ function weightsHttpOption(ctx: Ctx): boolean {
   return v === 'on';
 }
 
+/** KIWI_CUT_MIN_MB: a whole number of MiB, or `off` (never split); unset: the default. */
+function cutMinOption(value: string | undefined): { cutMinBytes?: number } {
+  if (value === undefined) return {};
+  if (value === 'off') return { cutMinBytes: Number.POSITIVE_INFINITY };
+  if (!/^\d+$/.test(value)) throw new KiwiError('USAGE', `KIWI_CUT_MIN_MB must be a whole number of MiB or off, not '${value}'`);
+  return { cutMinBytes: Number(value) * 1024 * 1024 };
+}
+
 /** The ring `kiwi host --model` composes (engine/hosting/host-node.ts) and its API, from the flags. */
 function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: RingFlagOptions & { provider?: StageProvider }, print: EventPrinter): HostModel {
   const contextText = stringOption(ctx, 'context');
@@ -264,6 +272,8 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
       // KIWI_KEEP_CACHES=0: a re-plan rebuilds every layer of the live requests (bench/faults compares).
       ...(process.env.KIWI_KEEP_CACHES === '0' ? { keepCaches: false } : {}),
+      // KIWI_CUT_MIN_MB=N|off: split stages where losing a member would cut them only where that spares N MiB (pipeline/fault-cuts.ts; bench/faults compares, tests cut small models).
+      ...cutMinOption(process.env.KIWI_CUT_MIN_MB),
     },
     // Measured once the code is shown: its --capabilities file, else its device bench (cached per
     // hardware), else with --no-bench the ring's stand-in (all its RAM, memory tier).

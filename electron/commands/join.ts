@@ -138,7 +138,7 @@ export const joinCommand = defineCommand({
     ring.on('weights-progress', (p) => print.progress('weights-progress', 'weights', {
       received_bytes: p.receivedBytes, total_bytes: p.totalBytes, bytes_per_s: p.bytesPerSecond, eta_s: p.etaSeconds, final: p.final,
     }, `weights: ${progressText({ done: p.receivedBytes, total: p.totalBytes, rate: p.bytesPerSecond, etaSeconds: p.etaSeconds, final: p.final })}`, p.final));
-    ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs), ...(r.transferMs !== undefined ? { transfer_ms: Math.round(r.transferMs) } : {}), segments: r.segments }, `ready (weights from ${r.source})`));
+    ring.on('ready', (r) => print('ready', { epoch: r.epoch, source: r.source, transferred_bytes: r.transferredBytes, load_ms: Math.round(r.loadMs), ...(r.transferMs !== undefined ? { transfer_ms: Math.round(r.transferMs) } : {}), segments: r.segments, opened_layers: r.openedLayers }, `ready (weights from ${r.source})`));
     ring.on('standby', (s) => print('standby', { epoch: s.epoch, state: s.state, layers: s.layers, held_bytes: s.heldBytes, fetched_bytes: s.fetchedBytes, budget_bytes: s.budgetBytes },
       `standby: ${s.layers.length} layers on disk (${Math.round(s.heldBytes / 2 ** 20)} MiB of ${Math.round(s.budgetBytes / 2 ** 20)} MiB)`));
     ring.on('error', (err) => print('error', { code: err.code, message: err.message }, `error: ${err.message}`));

@@ -11,7 +11,7 @@ import { Assign } from './ring-protocol.js';
 const member = (peer: number): MemberView => ({
   memberId: `id${peer}`, name: `m${peer}`, fingerprint: 'abcd-0000', peer, state: 'active', connected: true, addresses: [], lastSeenMs: 0, capabilities: undefined,
 });
-const stage = (peer: number, start: number, end: number): RingStage => ({ peer, start, end, head: peer === 0, segments: 1 });
+const stage = (peer: number, start: number, end: number, cuts: number[] = []): RingStage => ({ peer, start, end, head: peer === 0, cuts });
 type Links = SessionStatus['links'];
 const link = (a: number, b: number, kind: 'direct' | 'relayed', throughputMBps?: number): Links[number] => ({ a, b, state: 'up', kind, rttMs: 2, ...(throughputMBps !== undefined ? { throughputMBps } : {}) });
 const ringLinks = (peers: number[], kind: 'direct' | 'relayed' = 'direct'): Links => peers.map((p, i) => link(p, peers[(i + 1) % peers.length]!, kind, 1000));
@@ -63,27 +63,30 @@ describe('assignRing', () => {
     expect(Assign.safeParse({ ...fast.assigns[0]!.message, layout: 'quick' }).success).toBe(false);
   });
 
-  it('tells a survivor to grow in place only where the plan grew its range (not in a drift re-plan, not under a memory budget)', () => {
+  it('tells a survivor its cuts: where the plan reshaped its stage (not in a drift re-plan, not under a memory budget)', () => {
     // bob ran [5, 8) and left; the host has room for one block beside the head, so ada's [2, 5) becomes [1, 8): a segment each side.
     const sizes: ModelSizes = { name: 'm', layers: 8, blockBytes: 100_000_000, headBytes: 50_000_000, headResidentBytes: 100_000_000, kvBytesPerTokenPerLayer: 1024 };
     const ada = (capabilities: MemberView['capabilities']): MemberView => ({ ...member(1), memberId: 'ada', name: 'ada', capabilities });
     const replan = (capabilities: MemberView['capabilities'], growInPlace?: boolean) => {
-      const { order } = planSessionRing({
+      const { order, plan } = planSessionRing({
         members: [ada(capabilities)], memoryLimits: new Map(), ...(growInPlace !== undefined ? { growInPlace } : {}),
         serving: { order: [stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)], memberIds: ['ada', 'bob'] },
         model: sizes, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 250_000_000 }, links: [],
       });
       const a = assignRing({ epoch: 4, order, members: [ada(capabilities)], links: ringLinks([0, 1]), hidden: 64, wirePolicy: EXACT_WIRE_POLICY, hostName: 'host', model, maxPositions: 256 });
-      return { stage: order[1]!, grow: a.assigns[0]!.message.grow };
+      return { stage: order[1]!, segments: plan.stages[1]!.segments, cuts: a.assigns[0]!.message.cuts };
     };
     const device = { fleet_device: { memory_bytes: 4_000_000_000 } };
-    expect(replan(device)).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, segments: 3 }, grow: true });
-    expect(replan(device, false)).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, segments: 1 }, grow: undefined });
-    expect(replan({ ...device, memory_budget_bytes: 4_000_000_000 })).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, segments: 1 }, grow: undefined });
-    expect(Assign.safeParse({ ...assign([stage(0, 0, 2), stage(1, 2, 8)], ringLinks([0, 1])).assigns[0]!.message, grow: 'yes' }).success).toBe(false);
+    expect(replan(device)).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, cuts: [2, 5] }, segments: 3, cuts: [2, 5] });
+    expect(replan(device, false)).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, cuts: [] }, segments: 1, cuts: undefined });
+    expect(replan({ ...device, memory_budget_bytes: 4_000_000_000 })).toEqual({ stage: { peer: 1, start: 1, end: 8, head: false, cuts: [] }, segments: 1, cuts: undefined });
+    // What a member accepts: cuts ascending strictly inside its range, at most a stage's segments.
+    const message = assign([stage(0, 0, 2), stage(1, 2, 8)], ringLinks([0, 1])).assigns[0]!.message;
+    expect(Assign.safeParse({ ...message, cuts: [4, 6] }).success).toBe(true);
+    for (const cuts of [[2], [8], [6, 4], [4, 4], [3, 4, 5], ['4']]) expect(Assign.safeParse({ ...message, cuts }).success).toBe(false);
   });
 
-  it('grows the host\'s stage in place where its range only grows (not in a drift re-plan, not under a memory budget)', () => {
+  it('reshapes the host\'s stage where its range only grows (not in a drift re-plan, not under a memory budget)', () => {
     // bob ran [4, 8) and left; the host and ada hold four blocks each, so the host's [0, 2) becomes [0, 4): one segment added.
     const sizes: ModelSizes = { name: 'm', layers: 8, blockBytes: 100_000_000, headBytes: 50_000_000, headResidentBytes: 100_000_000, kvBytesPerTokenPerLayer: 1024 };
     const ada: MemberView = { ...member(1), memberId: 'ada', name: 'ada', capabilities: { fleet_device: { memory_bytes: 450_000_000 } } };
@@ -92,10 +95,10 @@ describe('assignRing', () => {
       serving: { order: [stage(0, 0, 2), stage(1, 2, 4), stage(2, 4, 8)], memberIds: ['ada', 'bob'] },
       model: sizes, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 550_000_000 }, links: [],
     }).order[0]!;
-    expect(replan()).toEqual({ peer: 0, start: 0, end: 4, head: true, segments: 2 });
-    expect(hostBlocks(4, { end: 2, segments: 1 }, replan().segments)).toBe('grow');
-    expect(replan(undefined, false)).toMatchObject({ start: 0, end: 4, segments: 1 });
-    expect(replan({ memory_budget_bytes: 550_000_000 })).toMatchObject({ start: 0, end: 4, segments: 1 });
+    expect(replan()).toEqual({ peer: 0, start: 0, end: 4, head: true, cuts: [2] });
+    expect(hostBlocks(4, [{ start: 0, end: 2 }], replan().cuts)).toEqual({ kind: 'reshape', reshape: { keep: { from: 0, to: 1 }, after: { start: 2, end: 4 } } });
+    expect(replan(undefined, false)).toMatchObject({ start: 0, end: 4, cuts: [] });
+    expect(replan({ memory_budget_bytes: 550_000_000 })).toMatchObject({ start: 0, end: 4, cuts: [] });
   });
 
   it('lists the host loading and each member assigned, with the wire it sends', () => {
@@ -109,18 +112,20 @@ describe('assignRing', () => {
 });
 
 describe('kept stages and loaded ones', () => {
-  it.each<[string, number, { end: number; segments: number } | undefined, number, ReturnType<typeof hostBlocks>, StageStatus['state'], StageStatus['source']]>([
-    ['the host runs no blocks', 0, { end: 4, segments: 1 }, 1, 'none', 'ready', 'local'],
-    ['the host keeps the blocks it runs', 4, { end: 4, segments: 2 }, 2, 'keep', 'kept', 'kept'],
-    ['the host opens a range that shrank', 3, { end: 4, segments: 1 }, 1, 'open', 'ready', 'local'],
-    ['the host grows its range in place where the plan grew it', 6, { end: 4, segments: 1 }, 2, 'grow', 'ready', 'local'],
-    ['the host opens a longer range whole where the plan did not grow it', 6, { end: 4, segments: 1 }, 1, 'open', 'ready', 'local'],
-    ['the host opens a longer range whole past the segments a stage may run', 6, { end: 4, segments: 3 }, 4, 'open', 'ready', 'local'],
-    ['the host opens its first range', 4, undefined, 1, 'open', 'ready', 'local'],
-  ])('%s', (_name, end, running, segments, blocks, state, source) => {
-    expect(hostBlocks(end, running, segments)).toBe(blocks);
+  const r = (start: number, end: number) => ({ start, end });
+  it.each<[string, number, Array<{ start: number; end: number }> | undefined, number[], ReturnType<typeof hostBlocks>['kind'], StageStatus['state'], StageStatus['source']]>([
+    ['the host runs no blocks', 0, [r(0, 4)], [], 'none', 'ready', 'local'],
+    ['the host keeps the blocks it runs', 4, [r(0, 2), r(2, 4)], [2], 'keep', 'kept', 'kept'],
+    ['the host opens a range that shrank inside its one segment', 3, [r(0, 4)], [], 'open', 'ready', 'local'],
+    ['the host drops the segment past a range that shrank to a cut', 3, [r(0, 3), r(3, 4)], [], 'reshape', 'ready', 'local'],
+    ['the host reshapes its range where the plan grew it', 6, [r(0, 4)], [4], 'reshape', 'ready', 'local'],
+    ['the host opens a longer range whole where the plan did not grow it', 6, [r(0, 4)], [], 'open', 'ready', 'local'],
+    ['the host opens a longer range whole past the segments a stage may run', 6, [r(0, 1), r(1, 2), r(2, 4)], [1, 2, 4], 'open', 'ready', 'local'],
+    ['the host opens its first range', 4, undefined, [], 'open', 'ready', 'local'],
+  ])('%s', (_name, end, running, cuts, kind, state, source) => {
+    expect(hostBlocks(end, running, cuts).kind).toBe(kind);
     const host: StageStatus = { peer: 0, name: 'host', start: 0, end, head: true, state: 'loading' };
-    expect(hostStageReady(host, blocks)).toMatchObject({ state, source });
+    expect(hostStageReady(host, kind === 'keep', { loadMs: 5, segments: 1, openedLayers: 2 })).toMatchObject({ state, source, loadMs: 5, openedLayers: 2 });
   });
 
   const assigned: StageStatus = { peer: 1, name: 'm1', start: 2, end: 5, head: false, state: 'assigned' };

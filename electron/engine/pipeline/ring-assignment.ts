@@ -7,8 +7,10 @@ import type { DeviceSpec, ModelSizes, RunningRange } from '../planner/fleet.js';
 import type { PlanJson } from '../planner/plan-json.js';
 import type { MemberView, SessionStatus } from '../session/host.js';
 import type { ActivationEncoding, WireOptions } from '../transport/tensor-frame.js';
+import type { LayerRange } from '../runtime/layer-range.js';
 import type { WeightLayout } from '../runtime/weights/convert.js';
-import { growth } from '../runtime/stage-segments.js';
+import { splitAt, stageChange } from '../runtime/stage-segments.js';
+import { CUT_MIN_BYTES, withFaultCuts } from './fault-cuts.js';
 import { chooseLinkWire, type WirePolicy } from './link-wire.js';
 import type { Assign, MemberToHostBody } from './ring-protocol.js';
 import { planRing, type RingStage } from './session-fleet.js';
@@ -26,8 +28,9 @@ export interface StageStatus {
   wire?: WireOptions;
   transferredBytes?: number;
   loadMs?: number;
-  /** The sessions the host's stage runs in (more than one: grown in place); members report theirs in their own events. */
+  /** The sessions the host's stage runs in (more than one: reshaped or opened split), and the layers it opened anew; members report theirs in their own events. */
   segments?: number;
+  openedLayers?: number;
 }
 
 type SessionLinks = SessionStatus['links'];
@@ -54,6 +57,10 @@ export interface RingPlanInput {
   /** Whether stages (the host's and members') may grow in place (stage-drift-monitor.ts growInPlace; absent: they may, unless the device has a memory budget). */
   growInPlace?: boolean;
   serving: ServedOrder | undefined;
+  /** Plans stages as if they could keep any of their blocks, and adds no fault cuts (fault-cuts.ts asks with it). */
+  everyCut?: boolean;
+  /** The weight bytes a fault cut must spare (fault-cuts.ts); default CUT_MIN_BYTES. */
+  cutMinBytes?: number;
   /** Layers members reported holding on disk (their stage, built layers and standby layers, standby-host.ts), by member id: planned as held. */
   standbyHolds?: ReadonlyMap<string, readonly { start: number; end: number }[]>;
   model: ModelSizes;
@@ -71,29 +78,31 @@ export interface RingPlanInput {
  * stage in the ring being served and what it reported holding on disk, built or standby; the host:
  * every layer) goes in as `holds` when re-planning, and the range each stage runs as `runs`: a
  * re-plan keeps them where the bottleneck stays within the planner's margin (planner/moves.ts), so
- * less moves and fewer stages reopen. Throws PLAN_INSUFFICIENT_MEMORY.
+ * less moves and fewer stages reopen. Stages that open anew are split where the re-plan after
+ * losing a member would cut them (fault-cuts.ts). Throws PLAN_INSUFFICIENT_MEMORY.
  */
 export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: RingStage[] } {
-  const held = new Map<string, { start: number; end: number; segments: number }>();
+  const held = new Map<string, RingStage>();
   const serving = input.serving;
   if (serving !== undefined) {
     serving.memberIds.forEach((id, i) => {
       const s = serving.order[i + 1];
-      if (s !== undefined && s.end > s.start) held.set(id, { start: s.start, end: s.end, segments: s.segments });
+      if (s !== undefined && s.end > s.start) held.set(id, s);
     });
   }
   // The host reads every layer from its own copy of the model: a re-plan that gives it more moves nothing.
   const hostHeld = serving !== undefined ? [{ start: 0, end: input.model.layers }] : undefined;
   const hostRuns = serving?.order[0];
-  // The host's stage grows in place as a member's does (session-host.ts), unless it has a memory budget.
+  // The host's stage is reshaped as a member's is (session-host.ts), unless it has a memory budget.
   const hostGrows = input.growInPlace !== false && input.hostCapabilities?.memory_budget_bytes === undefined;
+  const running = (s: RingStage, grows: boolean): RunningRange => ({ start: s.start, end: s.end, cuts: s.cuts, ...(grows ? { grows } : {}), ...(grows && input.everyCut === true ? { everyCut: true } : {}) });
+  // A member's stage is reshaped rather than reopened (ring-member.ts), unless it has a memory budget.
+  const memberGrows = (m: MemberView): boolean => input.growInPlace !== false && m.capabilities?.memory_budget_bytes === undefined;
   const limit = (m: MemberView): number | undefined => input.memoryLimits.get(m.memberId);
   const holdsOf = (m: MemberView): { holds?: Array<{ start: number; end: number }>; runs?: RunningRange } => {
     const h = held.get(m.memberId);
     const all = [...(h !== undefined ? [{ start: h.start, end: h.end }] : []), ...(input.standbyHolds?.get(m.memberId) ?? []).map((r) => ({ start: r.start, end: r.end }))];
-    // A member's range that grows opens only the added layers (ring-member.ts), unless it has a memory budget.
-    const grows = input.growInPlace !== false && m.capabilities?.memory_budget_bytes === undefined;
-    return { ...(all.length > 0 ? { holds: all } : {}), ...(h !== undefined ? { runs: { ...h, ...(grows ? { grows } : {}) } } : {}) };
+    return { ...(all.length > 0 ? { holds: all } : {}), ...(h !== undefined ? { runs: running(h, memberGrows(m)) } : {}) };
   };
   const measured = (id: string): { blockMs?: number; stepMs?: number } => {
     const m = input.measuredBlockMs?.get(id);
@@ -106,7 +115,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     devices: [
       {
         peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}),
-        ...(hostRuns !== undefined && hostRuns.end > hostRuns.start ? { runs: { start: hostRuns.start, end: hostRuns.end, segments: hostRuns.segments, ...(hostGrows ? { grows: true } : {}) } } : {}), ...measured(''),
+        ...(hostRuns !== undefined && hostRuns.end > hostRuns.start ? { runs: running(hostRuns, hostGrows) } : {}), ...measured(''),
       },
       ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m), ...measured(m.memberId) })),
     ],
@@ -115,7 +124,38 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     ...(input.measuredHopMs !== undefined ? { hopMs: input.measuredHopMs } : {}),
     ...(input.moveMargin !== undefined ? { moveMargin: input.moveMargin } : {}),
   });
-  return { plan, order: stages };
+  if (input.everyCut === true) return { plan, order: stages };
+  // What each stage runs now, as the host and members will compare it with the plan (stageChange).
+  // Only stages that may run in segments (no memory budget) are cut.
+  const before = new Map<number, RingStage | undefined>();
+  if (hostGrows) before.set(0, hostRuns);
+  for (const m of input.members) if (memberGrows(m)) before.set(m.peer, held.get(m.memberId));
+  const memberIds = ringMemberIds(stages, input.members);
+  const order = withFaultCuts(
+    stages,
+    (i) => {
+      const s = stages[i]!;
+      const b = before.get(s.peer);
+      return before.has(s.peer) && s.end > s.start && stageChange(b && splitAt(b, b.cuts), s, s.cuts).kind === 'open';
+    },
+    input.model.blockResidentBytes ?? input.model.blockBytes,
+    input.cutMinBytes ?? CUT_MIN_BYTES,
+    (peer) => {
+      try {
+        return planSessionRing({ ...input, members: input.members.filter((m) => m.peer !== peer), serving: { order: stages, memberIds }, everyCut: true }).order;
+      } catch {
+        return undefined; // the model does not fit without it
+      }
+    },
+  );
+  // A cut stage runs one more session: one more fixed part of a step.
+  order.forEach((s, i) => {
+    const j = plan.stages[i];
+    if (j === undefined || s.cuts.length + 1 === j.segments) return;
+    j.segments = s.cuts.length + 1;
+    if (j.stage_ms !== null && j.step_ms !== null) j.stage_ms += j.step_ms;
+  });
+  return { plan, order };
 }
 
 /** The member of each stage after the host's, in ring order. */
@@ -195,7 +235,7 @@ export function assignRing(input: AssignmentInput): RingAssignment {
       model: input.model,
       maxPositions: input.maxPositions,
       ...(input.layout === 'fast' ? { layout: input.layout } : {}),
-      ...(s.segments > 1 ? { grow: true } : {}),
+      ...(s.cuts.length > 0 ? { cuts: [...s.cuts] } : {}),
     };
     return { memberId: memberByPeer.get(s.peer)!.memberId, stage: s, message };
   });
@@ -209,20 +249,18 @@ export function assignRing(input: AssignmentInput): RingAssignment {
 }
 
 /**
- * The host's own blocks [0, end) for the new ring: none (the first member embeds), the stage it
- * runs already when its range did not change (kept), that stage with the added blocks opened as a
- * segment after it where the plan grew it (`segments`, one more than it runs), or a new one to open.
+ * The host's own blocks [0, end) for the new ring, split at `cuts`: none (the first member embeds),
+ * the stage it runs already (`running`, its segments' ranges) when its range did not change, that
+ * stage reshaped, or a new one to open (runtime/stage-segments.ts stageChange).
  */
-export function hostBlocks(end: number, running: { end: number; segments: number } | undefined, segments: number): 'none' | 'keep' | 'grow' | 'open' {
-  if (end === 0) return 'none';
-  if (running === undefined || running.end === 0) return 'open';
-  if (running.end === end) return 'keep';
-  return end > running.end && segments === running.segments + 1 && growth({ start: 0, end: running.end }, running.segments, { start: 0, end }) !== undefined ? 'grow' : 'open';
+export function hostBlocks(end: number, running: readonly LayerRange[] | undefined, cuts: readonly number[]): { kind: 'none' } | ReturnType<typeof stageChange> {
+  if (end === 0) return { kind: 'none' };
+  return stageChange(running, { start: 0, end }, cuts);
 }
 
-/** The host stage's status once its blocks are in place (in `segments` sessions, after `loadMs`). */
-export function hostStageReady(stage: StageStatus, blocks: ReturnType<typeof hostBlocks>, loaded: { loadMs: number; segments: number } = { loadMs: 0, segments: 1 }): StageStatus {
-  return { ...stage, state: blocks === 'keep' ? 'kept' : 'ready', source: blocks === 'keep' ? 'kept' : 'local', loadMs: loaded.loadMs, segments: loaded.segments };
+/** The host stage's status once its blocks are in place (in `segments` sessions, `openedLayers` of them anew, after `loadMs`). */
+export function hostStageReady(stage: StageStatus, kept: boolean, loaded: { loadMs: number; segments: number; openedLayers: number }): StageStatus {
+  return { ...stage, state: kept ? 'kept' : 'ready', source: kept ? 'kept' : 'local', ...loaded };
 }
 
 type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'ready' | 'failed' }>;

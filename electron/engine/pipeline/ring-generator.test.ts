@@ -204,7 +204,7 @@ describe('the ring generator', () => {
             resumed ??= (async () => {
               await gen.hold();
               old.engine.retire(new KiwiError('RING_REPLAN', 'the member left'));
-              const next = await ring(2, { first: before.grown(undefined, s12), kept: old.engine.handOver() });
+              const next = await ring(2, { first: before.reshaped({ from: 0, to: 1 }, undefined, s12), kept: old.engine.handOver() });
               at = forwards.s01.mock.calls.length;
               forwards.s12.mockClear();
               gen.resume(next.engine);

@@ -25,7 +25,7 @@ import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import { forwardKeeping, KeptStage, StageOutputs } from '../runtime/stage-keep.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type StageInput } from '../runtime/stage.js';
-import { growth, SegmentedStage, type SegmentCaches } from '../runtime/stage-segments.js';
+import { layersIn, SegmentedStage, stageChange, type SegmentCaches } from '../runtime/stage-segments.js';
 import { freeCache } from '../runtime/kv-store.js';
 import type { LayerRange } from '../runtime/layer-range.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
@@ -70,9 +70,9 @@ export interface RingMemberOptions {
   /** Standby layers beside its range, kept on disk within a budget (standby-member.ts; --standby-gb). */
   standby?: StandbyOptions;
   /**
-   * A range that only grows opens the added layers beside the running stage (stage-segments.ts)
-   * rather than reopening it whole. Default yes; off under a memory budget (--memory-mb), which
-   * admits one session's scratch.
+   * A stage runs in the segments the plan cuts it into, reshaped rather than reopened where that
+   * gives them (stage-segments.ts). Default yes; off under a memory budget (--memory-mb), which
+   * admits one session's scratch: the stage then runs in one session.
    */
   growInPlace?: boolean;
 }
@@ -83,9 +83,10 @@ export interface RingMemberEvents {
   'weights-progress': [p: { receivedBytes: number; totalBytes: number; bytesPerSecond: number | null; etaSeconds: number | null; final: boolean }];
   /**
    * transferMs: obtaining the weights (first byte asked for to the last one hashed and on disk), within loadMs;
-   * segments: the sessions the stage runs in (more than one once a range grew in place, stage-segments.ts).
+   * segments: the sessions the stage runs in (more than one once reshaped or opened split, stage-segments.ts);
+   * openedLayers: the layers it opened anew (a reshaped stage opens only those it added).
    */
-  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number; transferMs?: number; segments: number }];
+  ready: [r: { epoch: number; source: WeightsSource; transferredBytes: number; loadMs: number; transferMs?: number; segments: number; openedLayers: number }];
   /** Free memory fell below the reserve (low) or came back; memoryBytes: what this member asked to be planned with. */
   memory: [m: { low: boolean; freeBytes: number; memoryBytes: number | null }];
   /** The host will not plan this member (its --memory-mb cannot hold one layer): the member should stop. */
@@ -294,7 +295,10 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.startMemoryWatch();
     const model = JSON.stringify([a.model.fingerprint, a.maxPositions, a.layout ?? 'exact']);
     const running = this.stage !== undefined && this.stageModel === model ? this.stage : undefined;
-    if (running !== undefined && running.plan.start === a.start && running.plan.end === a.end) {
+    // Keep the running stage, reshape it (keep its segments inside the new range, open the layers
+    // added beside them), or open the range anew in segments at the plan's cuts.
+    const change = stageChange(running?.ranges, a, this.opts.growInPlace === false ? [] : (a.cuts ?? []));
+    if (running !== undefined && change.kind === 'keep') {
       // The same layers as before: the running stage serves the new ring (only the caches went).
       const kept = await this.plans.next(a.epoch);
       this.rangeBytes = planBytes(kept);
@@ -302,20 +306,22 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       this.outputs = this.keptRequests?.outputsFor(running) ?? new StageOutputs(running.plan.end, running.shape.hidden);
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
-      this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs, segments: running.segments.length });
+      this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs, segments: running.segments.length, openedLayers: 0 });
       if (this.assignment === a) this.standbyAfterReady(a, kept, running.shape.blockCount, this.stageLocal);
       return;
     }
     const old = this.stage;
     this.stage = undefined;
     this.stageModel = '';
-    // A range the plan grew keeps the running sessions and opens only the added layers beside them.
-    const grow = running !== undefined && a.grow === true && this.opts.growInPlace !== false ? growth(running.plan, running.segments.length, a) : undefined;
-    const kept = grow !== undefined ? running : undefined;
+    const shaped = change.kind === 'reshape' ? change.reshape : undefined;
+    const kept = shaped !== undefined ? running : undefined;
     if (kept === undefined) {
       this.keptRequests?.free();
       this.keptRequests = undefined;
       await old?.dispose();
+    } else {
+      // The segments outside the new range go before the added ones open (their memory is planned for those).
+      for (const s of kept.segments.filter((_, i) => i < shaped!.keep.from || i >= shaped!.keep.to)) await s.dispose();
     }
     let stage: SegmentedStage | undefined;
     let source: WeightsSource;
@@ -331,17 +337,17 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       ({ source, transferredBytes } = obtained);
       transferMs = performance.now() - obtainAt;
       this.loadFraction = 0.9;
-      if (kept === undefined) stage = new SegmentedStage(await this.openSegments(a, plan, obtained.file, source, [a]) as Stage[]);
+      if (change.kind === 'open') stage = new SegmentedStage(await this.openSegments(a, plan, obtained.file, source, change.ranges) as Stage[]);
       else {
-        const [before, after] = await this.openSegments(a, plan, obtained.file, source, [grow?.before, grow?.after]);
-        stage = kept.grown(before, after);
+        const [before, after] = await this.openSegments(a, plan, obtained.file, source, [shaped!.before, shaped!.after]);
+        stage = kept!.reshaped(shaped!.keep, before, after);
       }
     } finally {
       // The kept sessions go with a load that failed or was replaced.
       if (stage === undefined && kept !== undefined) {
         this.keptRequests?.free();
         this.keptRequests = undefined;
-        await kept.dispose();
+        for (const s of kept.segments.slice(shaped!.keep.from, shaped!.keep.to)) await s.dispose();
       }
     }
     if (this.closed || this.assignment !== a) {
@@ -355,7 +361,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     this.prefixes = new PrefixKvStore();
     const loadMs = performance.now() - t0;
     this.send({ kind: 'ready', epoch: a.epoch, source, transferredBytes, loadMs });
-    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs, segments: stage.segments.length });
+    this.emit('ready', { epoch: a.epoch, source, transferredBytes, loadMs, transferMs, segments: stage.segments.length, openedLayers: layersIn(change.kind === 'open' ? change.ranges : [shaped!.before, shaped!.after]) });
     for (const s of this.session.linkStatuses()) if (s.state === 'up') this.attach(s.peer);
     this.standbyAfterReady(a, plan, stage.shape.blockCount, source === 'local');
   }

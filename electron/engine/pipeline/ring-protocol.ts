@@ -16,6 +16,7 @@ import { z } from 'zod';
 import { KiwiError } from '../errors.js';
 import { parseJson, validated, type JsonErrors } from '../parse-json.js';
 import { ACTIVATION_ENCODINGS } from '../transport/tensor-frame.js';
+import { MAX_SEGMENTS } from '../runtime/stage-segments.js';
 import { WEIGHT_LAYOUTS } from '../runtime/weights/convert.js';
 
 const peer = z.number().int().min(0).max(0xffff);
@@ -45,9 +46,13 @@ export const Assign = z.strictObject({
   maxPositions: z.number().int().min(1).max(16_777_216),
   /** How the stage lays out its weights (`kiwi host --weight-layout`, runtime/weights/convert.ts); absent: exact. Every stage of a ring uses the host's. */
   layout: z.enum(WEIGHT_LAYOUTS as ['exact', 'fast']).optional(),
-  /** The plan grew the member's running range in place (planner/moves.ts stageSegments): keep its sessions, open the added layers beside them. */
-  grow: z.boolean().optional(),
-});
+  /**
+   * The boundaries between the sessions the stage runs in (planner/moves.ts stageCuts): the member
+   * reshapes its running stage where that gives these segments, else opens the range split here
+   * (runtime/stage-segments.ts stageChange). Ascending, inside the range.
+   */
+  cuts: z.array(layer).max(MAX_SEGMENTS - 1).optional(),
+}).refine((a) => (a.cuts ?? []).every((c, i, all) => c > (i === 0 ? a.start : all[i - 1]!) && c < a.end), 'cuts must ascend strictly inside the range');
 export type Assign = z.infer<typeof Assign>;
 
 const WEIGHTS_CHUNK = 1;

@@ -93,7 +93,7 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       // The host (devices[0]) serves the API as well: its process holds more than a member's runtime.
       ...(i === 0 && spec.memoryCoversRuntime === true ? { servesApi: true } : {}),
       ...(d.holds !== undefined && d.holds.length > 0 ? { holds: d.holds.map((r) => ({ start: r.start, end: r.end })) } : {}),
-      ...(d.runs !== undefined ? { runs: { start: d.runs.start, end: d.runs.end, ...(d.runs.grows === true ? { grows: true } : {}), ...(d.runs.segments !== undefined ? { segments: d.runs.segments } : {}) } } : {}),
+      ...(d.runs !== undefined ? { runs: { start: d.runs.start, end: d.runs.end, ...(d.runs.grows === true ? { grows: true } : {}), ...(d.runs.cuts !== undefined ? { cuts: d.runs.cuts } : {}), ...(d.runs.everyCut === true ? { everyCut: true } : {}) } } : {}),
     };
   });
   const index = new Map(input.devices.map((d, i) => [d.peer, i]));
@@ -115,8 +115,8 @@ export interface RingStage {
   start: number;
   end: number;
   head: boolean;
-  /** The sessions its stage runs in (planner/moves.ts stageSegments). */
-  segments: number;
+  /** The boundaries between the sessions its stage runs in (planner/moves.ts stageCuts, fault-cuts.ts). */
+  cuts: readonly number[];
 }
 
 /**
@@ -137,6 +137,6 @@ export function planRing(input: SessionFleetInput): { plan: PlanJson; stages: Ri
   }
   return {
     plan: toPlanJson(fleet, result),
-    stages: result.division.stages.map((s) => ({ peer: peers[s.device]!, start: s.start, end: s.end, head: s.head, segments: s.segments })),
+    stages: result.division.stages.map((s) => ({ peer: peers[s.device]!, start: s.start, end: s.end, head: s.head, cuts: s.cuts })),
   };
 }

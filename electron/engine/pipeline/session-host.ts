@@ -43,7 +43,8 @@ import { RingBackend } from './ring-backend.js';
 import { RingEngine, type PeerFault } from './ring-engine.js';
 import { RingGenerator } from './ring-generator.js';
 import { RingStages } from './ring-stages.js';
-import { SegmentedStage } from '../runtime/stage-segments.js';
+import { layersIn, SegmentedStage } from '../runtime/stage-segments.js';
+import type { LayerRange } from '../runtime/layer-range.js';
 import { DEFAULT_DRIFT_OPTIONS } from './stage-drift.js';
 import { DriftMonitor } from './stage-drift-monitor.js';
 import { apply as applyPhase, INITIAL_RING_PHASE, type RingPhaseEvent, type RingPhaseState } from './ring-phase.js';
@@ -288,7 +289,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     return planSessionRing({
       members: usable, memoryLimits: this.memoryLimits, measuredBlockMs: this.drift.blockMs, measuredHopMs: this.drift.hopMs, moveMargin: this.drift.moveMargin, growInPlace: this.drift.growInPlace, serving: this.ring, standbyHolds: this.standby.holds, model: this.opts.modelSizes, context: model.shape.maxPositions,
       concurrency: this.opts.concurrency ?? 1, hostName: this.opts.hostName ?? 'host', hostDevice: this.hostDeviceLeft(), links: this.session.status().links,
-      hostCapabilities: this.session.natCapabilities,
+      hostCapabilities: this.session.natCapabilities, ...(this.opts.cutMinBytes !== undefined ? { cutMinBytes: this.opts.cutMinBytes } : {}),
     });
   }
 
@@ -388,14 +389,29 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     // The host's own stages load while the members load theirs; unchanged ones are kept.
     const old = this.ring?.first;
     const hostLoadAt = performance.now();
-    const blocks = hostBlocks(order[0]!.end, old && { end: old.plan.end, segments: old.segments.length }, order[0]!.segments);
+    const blocks = hostBlocks(order[0]!.end, old?.ranges, order[0]!.cuts);
     // The first stage replays generated tokens in one pass after a re-plan, as members do (replay.ts).
-    const openBlocks = (start: number, end: number): Promise<Stage> => Stage.open(file, shape, { start, end, head: false }, { ...this.stageOptions(), replayInputs: true });
-    // A grown stage keeps the running sessions (their prepacked weights) and opens the added blocks after them.
-    const added = blocks === 'grow' ? await openBlocks(old!.plan.end, order[0]!.end) : undefined;
-    const first = blocks === 'none' ? undefined : blocks === 'keep' ? old : added !== undefined ? old!.grown(undefined, added) : new SegmentedStage([await openBlocks(0, order[0]!.end)]);
+    const openAll = async (ranges: ReadonlyArray<LayerRange | undefined>): Promise<Array<Stage | undefined>> => {
+      const opened: Array<Stage | undefined> = [];
+      try {
+        for (const r of ranges) opened.push(r && (await Stage.open(file, shape, { start: r.start, end: r.end, head: false }, { ...this.stageOptions(), replayInputs: true })));
+      } catch (err) {
+        for (const o of opened) await o?.dispose();
+        throw err;
+      }
+      return opened;
+    };
+    // A reshaped stage keeps the running sessions (their prepacked weights) inside its new range and
+    // opens the added blocks beside them; the old stage stays whole until the ring is ready.
+    let first: SegmentedStage | undefined;
+    if (blocks.kind === 'keep') first = old;
+    else if (blocks.kind === 'reshape') {
+      const [before, after] = await openAll([blocks.reshape.before, blocks.reshape.after]);
+      first = old!.reshaped(blocks.reshape.keep, before, after);
+    } else if (blocks.kind === 'open') first = new SegmentedStage((await openAll(blocks.ranges)) as Stage[]);
     this.head ??= await Stage.open(file, shape, { start: shape.blockCount, end: shape.blockCount, head: true }, this.stageOptions());
-    const hostStage = hostStageReady(stages.get(0)!, blocks, { loadMs: performance.now() - hostLoadAt, segments: first?.segments.length ?? 0 });
+    const openedLayers = blocks.kind === 'open' ? layersIn(blocks.ranges) : blocks.kind === 'reshape' ? layersIn([blocks.reshape.before, blocks.reshape.after]) : 0;
+    const hostStage = hostStageReady(stages.get(0)!, blocks.kind === 'keep', { loadMs: performance.now() - hostLoadAt, segments: first?.segments.length ?? 0, openedLayers });
     stages.set(0, hostStage);
     this.emit('ready', { ...hostStage });
     try {
@@ -411,11 +427,11 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
         signal,
       );
     } catch (err) {
-      // The running stage stays as it was: a grown one gives back only the added segment.
+      // The running stage stays as it was: a reshaped one gives back only the added segments.
       await first?.disposeExcept(old);
       throw err;
     }
-    if (old !== undefined && blocks !== 'keep' && blocks !== 'grow') await old.dispose();
+    await old?.disposeExcept(first);
     const engine = new RingEngine({ link: (peer) => this.session.ringLink(peer) }, {
       epoch, first, head: this.head, ...assignment.engine,
       // Requests rebuilt on this ring skip the blocks the host's stage kept of them (stage-keep.ts).

@@ -6,7 +6,7 @@ import type { SessionHostEvents } from './session-host-api.js';
 import { DriftMonitor, HOP_MIN_STEPS, hopOverheadMs, splitMeasured, type DriftReplan } from './stage-drift-monitor.js';
 import { DEFAULT_DRIFT_OPTIONS, detectionStep } from './stage-drift.js';
 
-const ORDER = [{ peer: 0, start: 0, end: 2, head: true, segments: 1 }, { peer: 1, start: 2, end: 3, head: false, segments: 1 }, { peer: 2, start: 3, end: 8, head: false, segments: 1 }];
+const ORDER = [{ peer: 0, start: 0, end: 2, head: true, cuts: [] }, { peer: 1, start: 2, end: 3, head: false, cuts: [] }, { peer: 2, start: 3, end: 8, head: false, cuts: [] }];
 const PLAN = { stages: [{ device: 'host', stage_ms: 2.2 }, { device: 'ada', stage_ms: 1 }, { device: 'bob', stage_ms: 0.25 }] } as unknown as PlanJson;
 
 function setup(options = DEFAULT_DRIFT_OPTIONS as typeof DEFAULT_DRIFT_OPTIONS | false, plan: PlanJson = PLAN) {

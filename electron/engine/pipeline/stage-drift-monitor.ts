@@ -5,7 +5,7 @@
 // over-reported its speed, a game started, thermal throttling), the measured costs of every stage
 // with a full window replace what devices reported in every later plan (ring-assignment.ts
 // measuredBlockMs): the stage's fixed part of a step stays the device's own (the plan's step_ms,
-// from its block probe, paid once per segment of a stage grown in place) and the rest is its
+// from its block probe, paid once per segment of a stage) and the rest is its
 // blocks, block_ms = (median stage ms - segments × step_ms) / layers
 // (the host's from its own first blocks), so the next plan predicts that stage at its measured time
 // whatever the layer count it gives it. A re-plan is asked for at a safe point (replan-driver.ts,

@@ -53,7 +53,7 @@ describe('standby holds in the plan', () => {
     capabilities: { fleet_device: { memory_bytes: 4_000_000_000 } },
   });
   const plan = (standbyHolds?: Map<string, Array<{ start: number; end: number }>>) => planSessionRing({
-    members: [member('ada', 1), member('bob', 2)], memoryLimits: new Map(), serving: { order: [{ peer: 0, start: 0, end: 0, head: true, segments: 1 }, { peer: 1, start: 0, end: 4, head: false, segments: 1 }], memberIds: ['ada'] },
+    members: [member('ada', 1), member('bob', 2)], memoryLimits: new Map(), serving: { order: [{ peer: 0, start: 0, end: 0, head: true, cuts: [] }, { peer: 1, start: 0, end: 4, head: false, cuts: [] }], memberIds: ['ada'] },
     ...(standbyHolds !== undefined ? { standbyHolds } : {}),
     model, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 360_000_000 }, links: [],
   }).plan;

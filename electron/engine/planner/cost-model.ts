@@ -124,7 +124,7 @@ export function bandwidthMs(bytes: number, gbps: number): number {
 
 /**
  * Cost per token of a stage holding `blocks` blocks (and the head if `head`), run as `segments`
- * sessions (a member's range grown in place, runtime/stage-segments.ts): each pays the fixed part of a step.
+ * sessions (a stage reshaped or opened split, runtime/stage-segments.ts): each pays the fixed part of a step.
  */
 export function stageCost(c: DeviceCost, blocks: number, head: boolean, segments = 1): number {
   return segments * (c.step ?? 0) + blocks * c.perBlock + (head ? c.head : 0);

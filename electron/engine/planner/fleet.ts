@@ -115,11 +115,16 @@ export interface DeviceSpec {
   runs?: RunningRange;
 }
 
-/** A range a device's stage runs; `grows`: a range containing it opens only the blocks added (a ring member's segments, runtime/stage-segments.ts). */
+/**
+ * A range a device's stage runs; `grows`: the stage may be reshaped, keeping its segments inside
+ * the next range and opening only the blocks added (runtime/stage-segments.ts reshape).
+ */
 export interface RunningRange extends LayerRange {
   grows?: boolean;
-  /** The sessions the stage runs in now (default 1). */
-  segments?: number;
+  /** The boundaries between the sessions the stage runs in now (default none: one session). */
+  cuts?: readonly number[];
+  /** Planning cuts (pipeline/fault-cuts.ts): as if the stage were cut at every block, so any blocks it runs could stay. */
+  everyCut?: boolean;
 }
 
 export interface PairRtt {

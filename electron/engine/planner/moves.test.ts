@@ -4,7 +4,7 @@ import { isKiwiError } from '../errors.js';
 import { stageCost, type DeviceCost } from './cost-model.js';
 import type { DeviceSpec, Fleet, LayerRange } from './fleet.js';
 import { parseFleetFile } from './fleet.js';
-import { fetchBlocks, fewestMoves, heldPrefix, reopenBlocks, stageSegments } from './moves.js';
+import { fetchBlocks, fewestMoves, heldPrefix, reopenBlocks, stageCuts } from './moves.js';
 import { planFleet } from './plan.js';
 import { toPlanJson } from './plan-json.js';
 import { compositions } from './test-support/brute-force.js';
@@ -74,15 +74,22 @@ describe('re-plans that keep what members hold', () => {
     expect(moved.division.stages.map((s) => [s.start, s.end])).toEqual([[0, 10], [10, 32]]);
   });
 
-  it('counts only the added blocks as opened anew for a stage that grows in place (a member\'s segments)', () => {
+  it('counts only the added blocks as opened anew for a stage that is reshaped (a member\'s segments)', () => {
     const runs = [{ start: 9, end: 21, grows: true }, { start: 9, end: 21 }];
     expect([reopenBlocks(runs, 0, 9, 21), reopenBlocks(runs, 0, 9, 32), reopenBlocks(runs, 0, 5, 21), reopenBlocks(runs, 0, 5, 32)]).toEqual([0, 11, 4, 15]);
-    // A range that does not contain what it runs opens whole, as does any change on a stage that does not grow.
+    // A range that cuts through a segment opens whole, as does any change on a stage that is not reshaped.
     expect([reopenBlocks(runs, 0, 10, 32), reopenBlocks(runs, 1, 9, 32), reopenBlocks(runs, 1, 9, 21), reopenBlocks(runs, 2, 0, 4)]).toEqual([22, 23, 0, 4]);
     // Each side added is a segment; past runtime/stage-segments.ts MAX_SEGMENTS the range opens whole, as one.
-    expect([stageSegments(runs, 0, 9, 21), stageSegments(runs, 0, 9, 32), stageSegments(runs, 0, 5, 32), stageSegments(runs, 1, 9, 32)]).toEqual([1, 2, 3, 1]);
-    const twice = [{ start: 9, end: 21, grows: true, segments: 2 }];
-    expect([stageSegments(twice, 0, 9, 21), stageSegments(twice, 0, 9, 32), stageSegments(twice, 0, 5, 32), reopenBlocks(twice, 0, 5, 32)]).toEqual([2, 3, 1, 27]);
+    const segments = (r: typeof runs, d: number, start: number, end: number): number => stageCuts(r, d, start, end).length + 1;
+    expect([segments(runs, 0, 9, 21), segments(runs, 0, 9, 32), segments(runs, 0, 5, 32), segments(runs, 1, 9, 32)]).toEqual([1, 2, 3, 1]);
+    const twice = [{ start: 9, end: 21, grows: true, cuts: [15] }];
+    expect([stageCuts(twice, 0, 9, 21), stageCuts(twice, 0, 9, 32), stageCuts(twice, 0, 5, 32), reopenBlocks(twice, 0, 5, 32)]).toEqual([[15], [15, 21], [], 27]);
+    // A stage cut at 15 gives up the segment before or after it without reopening the other.
+    expect([reopenBlocks(twice, 0, 15, 32), stageCuts(twice, 0, 15, 32), reopenBlocks(twice, 0, 9, 15), stageCuts(twice, 0, 9, 15)]).toEqual([11, [21], 0, []]);
+    expect([reopenBlocks(twice, 0, 12, 32), reopenBlocks(twice, 0, 16, 32)]).toEqual([20, 16]);
+    // Planning cuts (pipeline/fault-cuts.ts): as if cut anywhere, any overlap stays.
+    const anywhere = [{ start: 9, end: 21, grows: true, everyCut: true }];
+    expect([reopenBlocks(anywhere, 0, 12, 32), reopenBlocks(anywhere, 0, 0, 9), stageCuts(anywhere, 0, 12, 32)]).toEqual([11, 9, []]);
   });
 
   it('prices a stage grown in place with a step\'s fixed part per segment, and the plan says how many it runs', () => {
@@ -170,7 +177,7 @@ describe('re-plans that keep what members hold', () => {
           }),
         ),
         ({ layers, perBlock, caps, holds, slack, running, step }) => {
-          const runs = running.map((r) => (r === null ? undefined : { start: r[0], end: r[0] + r[1], grows: r[2], segments: r[3] }));
+          const runs = running.map((r) => (r === null ? undefined : { start: r[0], end: r[0] + r[1], grows: r[2], cuts: Array.from({ length: Math.min(r[3], r[1]) - 1 }, (_, j) => r[0] + j + 1) }));
           const costs: DeviceCost[] = perBlock.map((p, i) => ({ perBlock: p, head: 1, step, blockMemoryBytes: 1, headMemoryBytes: 0, memoryBytes: caps[i]! }));
           const chain = costs.map((_, i) => i);
           const held = heldPrefix(holds.map((hs) => hs.map(([start, len]) => ({ start, end: start + len }))), layers);
@@ -185,7 +192,7 @@ describe('re-plans that keep what members hold', () => {
               const reopened = reopenBlocks(runs, i, end, end + k);
               open += reopened;
               most = Math.max(most, reopened);
-              const c = stageCost(costs[i]!, k, i === 0, stageSegments(runs, i, end, end + k));
+              const c = stageCost(costs[i]!, k, i === 0, stageCuts(runs, i, end, end + k).length + 1);
               end += k;
               return c;
             });

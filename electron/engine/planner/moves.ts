@@ -2,10 +2,11 @@
 // stage would have to fetch, and, for a fixed chain, the division within a bottleneck bound that
 // fetches the fewest blocks; among those, the one whose busiest stage opens the fewest blocks anew
 // (stages open in parallel, so a recovery waits for the one that opens the most), then the fewest
-// opened in all. A device that keeps the very range it runs keeps its stage, a member whose range
-// grows opens the added blocks as segments beside it; any other range is a new session over all
-// its blocks, about 0.5 s a block at 8B on 2 cores even when every layer is built. Pure.
-import { growth } from '../runtime/stage-segments.js';
+// opened in all. A device that keeps the very range it runs keeps its stage, one whose stage can
+// be reshaped keeps the segments inside its new range and opens the added blocks as segments
+// beside them; any other range is a new session over all its blocks, about 0.5 s a block at 8B
+// on 2 cores even when every layer is built. Pure.
+import { cutsOf, reshape, reshapedRanges, splitAt } from '../runtime/stage-segments.js';
 import { costCapacityBlocks, memoryCapacityBlocks, stageCost, type DeviceCost } from './cost-model.js';
 import type { LayerRange, RunningRange } from './fleet.js';
 
@@ -32,25 +33,30 @@ export function fetchBlocks(held: HeldPrefix, device: number, start: number, end
   return end - start - ((p[end] as number) - (p[start] as number));
 }
 
-/** How `device`'s stage over [start, end) runs after the re-plan: kept, grown in place (runtime/stage-segments.ts growth), or opened whole. */
-function nextStage(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): { reopen: number; segments: number } {
+/** How `device`'s stage over [start, end) runs after the re-plan: kept, reshaped (runtime/stage-segments.ts reshape), or opened whole; its blocks opened anew and its cuts. */
+function nextStage(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): { reopen: number; cuts: readonly number[] } {
   const r = runs[device];
-  if (r === undefined) return { reopen: end - start, segments: 1 };
-  const segments = r.segments ?? 1;
-  if (r.start === start && r.end === end) return { reopen: 0, segments };
-  const grown = r.grows === true ? growth(r, segments, { start, end }) : undefined;
-  if (grown === undefined) return { reopen: end - start, segments: 1 };
-  return { reopen: end - start - (r.end - r.start), segments: segments + (grown.before ? 1 : 0) + (grown.after ? 1 : 0) };
+  const whole = { reopen: end - start, cuts: [] };
+  if (r === undefined) return whole;
+  if (r.start === start && r.end === end) return { reopen: 0, cuts: r.cuts ?? [] };
+  if (r.grows !== true) return whole;
+  const overlap = Math.max(0, Math.min(end, r.end) - Math.max(start, r.start));
+  if (r.everyCut === true) return overlap > 0 ? { reopen: end - start - overlap, cuts: [] } : whole;
+  const current = splitAt(r, r.cuts ?? []);
+  const shaped = reshape(current, { start, end });
+  if (shaped === undefined) return whole;
+  const kept = current.slice(shaped.keep.from, shaped.keep.to).reduce((n, k) => n + k.end - k.start, 0);
+  return { reopen: end - start - kept, cuts: cutsOf(reshapedRanges(current, shaped)) };
 }
 
-/** Blocks of the stage [start, end) that `device` must open anew: none when it runs that range now, the added ones when its stage grows in place, else all. */
+/** Blocks of the stage [start, end) that `device` must open anew: none when it runs that range now, the added ones when its stage is reshaped, else all. */
 export function reopenBlocks(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): number {
   return nextStage(runs, device, start, end).reopen;
 }
 
-/** The sessions `device`'s stage over [start, end) will run in (each pays the fixed part of a step, cost-model.ts stageCost). */
-export function stageSegments(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): number {
-  return nextStage(runs, device, start, end).segments;
+/** The boundaries between the sessions `device`'s stage over [start, end) will run in (each session pays the fixed part of a step, cost-model.ts stageCost). */
+export function stageCuts(runs: ReadonlyArray<RunningRange | undefined>, device: number, start: number, end: number): readonly number[] {
+  return nextStage(runs, device, start, end).cuts;
 }
 
 /**
@@ -109,8 +115,8 @@ function divide(costs: readonly DeviceCost[], chain: readonly number[], layers: 
         if (reopen > maxOpen) continue;
         const mv = before + fetchBlocks(held, d, s, e);
         const op = (open[s] as number) + reopen;
-        // A stage grown in place pays a step's fixed part per segment: within the bound or not at all.
-        const cost = stageCost(c, k, i === 0, stageSegments(runs, d, s, e));
+        // A reshaped stage pays a step's fixed part per segment: within the bound or not at all.
+        const cost = stageCost(c, k, i === 0, stageCuts(runs, d, s, e).length + 1);
         if (cost > bound) continue;
         const w = Math.max(worst[s] as number, cost);
         const better = mv !== nextMiss[e] ? mv < (nextMiss[e] as number) : op !== nextOpen[e] ? op < (nextOpen[e] as number) : w < (nextWorst[e] as number);

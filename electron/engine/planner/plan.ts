@@ -7,7 +7,7 @@ import { memoryShortfall } from './admission.js';
 import { proportionalCounts, uniformCounts } from './baselines.js';
 import { chooseTier, deviceCosts, stageCost, stageMemoryBytes, type DeviceCost, type Tier } from './cost-model.js';
 import type { Fleet, RunningRange } from './fleet.js';
-import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, reopenBlocks, stageSegments, type HeldPrefix } from './moves.js';
+import { fetchBlocks, fewestMoves, heldPrefix, MOVE_MARGIN, reopenBlocks, stageCuts, type HeldPrefix } from './moves.js';
 import { partitionChain } from './partition.js';
 import { orderRing, type Ring, type RingEdge } from './ring-order.js';
 
@@ -37,8 +37,10 @@ export interface StagePlan {
   cost: number;
   /** Of cost, the device's fixed part of a step (DeviceCost.step; 0 outside the time tiers), paid once per segment. */
   step: number;
-  /** The sessions the stage runs in: more than one when a member's range grows in place (planner/moves.ts stageSegments). */
+  /** The sessions the stage runs in: more than one when a stage was reshaped or opened split (runtime/stage-segments.ts). */
   segments: number;
+  /** The boundaries between those sessions (planner/moves.ts stageCuts). */
+  cuts: readonly number[];
   /** What the stage's step adds per cached position of its request (blocks × DeviceCost.position); not in cost, which is at position 0. */
   position: number;
   memoryBytes: number;
@@ -163,7 +165,7 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
   };
 }
 
-/** Stages, costs and fit of a division of blocks over a chain whose first device holds the head (`runs`: what each device runs now, whose growth adds segments). */
+/** Stages, costs and fit of a division of blocks over a chain whose first device holds the head (`runs`: what each device runs now, whose reshape sets its segments). */
 export function evaluate(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[], held: HeldPrefix = [], runs: ReadonlyArray<RunningRange | undefined> = []): Division {
   let start = 0;
   const stages = chain.map((device, i) => {
@@ -171,8 +173,9 @@ export function evaluate(costs: readonly DeviceCost[], chain: readonly number[],
     const c = costs[device] as DeviceCost;
     const head = i === 0;
     const memoryBytes = stageMemoryBytes(c, blocks, head);
-    const segments = stageSegments(runs, device, start, start + blocks);
-    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head, segments), step: c.step ?? 0, segments, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
+    const cuts = stageCuts(runs, device, start, start + blocks);
+    const segments = cuts.length + 1;
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head, segments), step: c.step ?? 0, segments, cuts, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
     start += blocks;
     return stage;
   });

@@ -62,7 +62,7 @@ describe('what a stage keeps of its requests across a re-plan', () => {
     const whole = new SegmentedStage([await open(1, 4)]);
     const upstream = new SegmentedStage([await open(1, 2)]);
     const running = new SegmentedStage([await open(2, 3)]);
-    const grown = running.grown(await open(1, 2), await open(3, 4));
+    const grown = running.reshaped({ from: 0, to: 1 }, await open(1, 2), await open(3, 4));
     try {
       const reference = whole.emptyCache(32);
       const expected = [...(await firstRows(whole, reference)), hiddenOf(await whole.forward({ kind: 'hidden', hidden: DECODE, batch: 1, seq: 1 }, [reference]))];
@@ -94,9 +94,47 @@ describe('what a stage keeps of its requests across a re-plan', () => {
     }
   });
 
+  it('rebuilds a request on a stage that gave up its first segment and grew after the other by running only the added one, bit for bit', async () => {
+    // The reference: layers 1-4 as one session. The old ring: this stage ran 1-3 cut at 2; the next
+    // runs 2-4 (an upstream stage took layer 1), keeping the segment 2-3 and its cache.
+    const whole = new SegmentedStage([await open(1, 4)]);
+    const upstream = new SegmentedStage([await open(1, 2)]);
+    const running = new SegmentedStage([await open(1, 2), await open(2, 3)]);
+    const keptCaches = running.emptyCache(32);
+    const sent = new StageOutputs(3, shape.hidden);
+    await firstRows(running, keptCaches, undefined, sent);
+    // As a member does: the segment outside the new range goes before the added one opens.
+    await running.segments[0]!.dispose();
+    const shifted = running.reshaped({ from: 1, to: 2 }, undefined, await open(3, 4));
+    try {
+      const reference = whole.emptyCache(32);
+      const expected = [...(await firstRows(whole, reference)), hiddenOf(await whole.forward({ kind: 'hidden', hidden: DECODE, batch: 1, seq: 1 }, [reference]))];
+      const kept = new KeptStage(running, new Map([[7, keptCaches]]), sent);
+      const outputs = kept.outputsFor(shifted);
+      const caches = kept.adopt(7, shifted, 32, KEEP, outputs)!;
+      expect(caches.map((c) => c.length)).toEqual([KEEP, 0]);
+      const keptSegment = vi.spyOn(running.segments[1]!, 'forward');
+      // The upstream stage rebuilds layer 1 and sends its rows; this stage skips 2-3 and feeds 3-4 from the rows it kept at 3.
+      const upCaches = upstream.emptyCache(32);
+      const rowsAt3 = { at: kept.outputs.at, rows: (from: number, to: number) => kept.rows(7, from, to) };
+      const rebuilt: Float32Array[] = [];
+      for (const [x, pos, replay] of [[PROMPT, 0, false], [REPLAY, 6, true]] as const) {
+        const seq = x.length / shape.hidden;
+        const at2 = hiddenOf(await upstream.forward({ kind: 'hidden', hidden: x, batch: 1, seq }, [upCaches], { replay }));
+        rebuilt.push(hiddenOf(await shifted.resumeForward({ kind: 'hidden', hidden: at2, batch: 1, seq }, caches, pos, rowsAt3, { replay })));
+      }
+      expect(keptSegment).not.toHaveBeenCalled();
+      keptSegment.mockRestore();
+      const next = hiddenOf(await shifted.forward({ kind: 'hidden', hidden: hiddenOf(await upstream.forward({ kind: 'hidden', hidden: DECODE, batch: 1, seq: 1 }, [upCaches])), batch: 1, seq: 1 }, [caches]));
+      expect([...rebuilt, next]).toEqual(expected);
+    } finally {
+      await Promise.all([whole.dispose(), upstream.dispose(), shifted.dispose()]);
+    }
+  });
+
   it('rebuilds every segment from the input where the rows a segment needs were never recorded, and cuts kept caches to what survived', async () => {
     const running = new SegmentedStage([await open(1, 2)]);
-    const grown = running.grown(undefined, await open(2, 3));
+    const grown = running.reshaped({ from: 0, to: 1 }, undefined, await open(2, 3));
     try {
       const cachesA = running.emptyCache(32);
       const sent = new StageOutputs(2, shape.hidden);

@@ -1,5 +1,5 @@
 // What a ring stage keeps of its live requests across a re-plan, so that a stage whose range
-// survives (unchanged, or grown in place: stage-segments.ts) rebuilds only the layers it did not
+// survives (unchanged, or reshaped: stage-segments.ts) rebuilds only the layers it did not
 // run before instead of the whole request:
 // - each request's caches, one per segment: a segment the next stage still runs keeps its
 //   positions and is skipped while the request is rebuilt;

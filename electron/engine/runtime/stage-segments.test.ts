@@ -9,7 +9,7 @@ import { synthesizeModel } from '../model/synth/synth.js';
 import { modelShapeFromGguf, type ModelShape } from './decoder-shape.js';
 import { freeCache } from './kv-store.js';
 import { Stage, type StageInput } from './stage.js';
-import { growth, MAX_SEGMENTS, SegmentedStage } from './stage-segments.js';
+import { cutsOf, MAX_SEGMENTS, reshape, SegmentedStage, splitAt, stageChange } from './stage-segments.js';
 
 let dir: string;
 let file: GgufFile;
@@ -55,9 +55,9 @@ describe('a member stage in segments', () => {
   it('computes bit for bit what one session over the whole range does, after growing on both sides', async () => {
     const whole = new SegmentedStage([await open(1, 5)]);
     const running = new SegmentedStage([await open(2, 4)]);
-    const grow = growth(running.plan, running.segments.length, { start: 1, end: 5 })!;
-    expect(grow).toEqual({ before: { start: 1, end: 2 }, after: { start: 4, end: 5 } });
-    const grown = running.grown(await open(grow.before!.start, grow.before!.end), await open(grow.after!.start, grow.after!.end));
+    const grow = reshape(running.ranges, { start: 1, end: 5 })!;
+    expect(grow).toEqual({ keep: { from: 0, to: 1 }, before: { start: 1, end: 2 }, after: { start: 4, end: 5 } });
+    const grown = running.reshaped(grow.keep, await open(grow.before!.start, grow.before!.end), await open(grow.after!.start, grow.after!.end));
     try {
       expect(grown.plan).toEqual({ start: 1, end: 5, head: false });
       expect(grown.segments.map((s) => [s.plan.start, s.plan.end])).toEqual([[1, 2], [2, 4], [4, 5]]);
@@ -69,15 +69,31 @@ describe('a member stage in segments', () => {
     }
   });
 
-  it('grows only a range that contains the running one, within MAX_SEGMENTS', () => {
-    const running = { start: 9, end: 21 };
-    expect(growth(running, 1, { start: 9, end: 21 })).toEqual({});
-    expect(growth(running, 1, { start: 9, end: 32 })).toEqual({ after: { start: 21, end: 32 } });
-    expect(growth(running, 1, { start: 5, end: 21 })).toEqual({ before: { start: 5, end: 9 } });
-    expect(growth(running, 1, { start: 10, end: 32 })).toBeUndefined(); // shrinks at the front
-    expect(growth(running, 1, { start: 0, end: 9 })).toBeUndefined(); // moves
-    expect(growth(running, MAX_SEGMENTS - 1, { start: 5, end: 32 })).toBeUndefined(); // one segment too many
-    expect(growth(running, MAX_SEGMENTS - 1, { start: 9, end: 32 })).toEqual({ after: { start: 21, end: 32 } });
+  it('reshapes a stage at its segments\' boundaries only, within MAX_SEGMENTS', () => {
+    const one = [{ start: 9, end: 21 }];
+    expect(reshape(one, { start: 9, end: 21 })).toEqual({ keep: { from: 0, to: 1 } });
+    expect(reshape(one, { start: 9, end: 32 })).toEqual({ keep: { from: 0, to: 1 }, after: { start: 21, end: 32 } });
+    expect(reshape(one, { start: 5, end: 21 })).toEqual({ keep: { from: 0, to: 1 }, before: { start: 5, end: 9 } });
+    expect(reshape(one, { start: 10, end: 32 })).toBeUndefined(); // cuts through the segment
+    expect(reshape(one, { start: 0, end: 9 })).toBeUndefined(); // keeps nothing
+    const two = splitAt({ start: 9, end: 21 }, [15]);
+    expect(two).toEqual([{ start: 9, end: 15 }, { start: 15, end: 21 }]);
+    expect(reshape(two, { start: 15, end: 32 })).toEqual({ keep: { from: 1, to: 2 }, after: { start: 21, end: 32 } }); // gives up 9-15
+    expect(reshape(two, { start: 0, end: 15 })).toEqual({ keep: { from: 0, to: 1 }, before: { start: 0, end: 9 } }); // gives up 15-21
+    expect(reshape(two, { start: 12, end: 32 })).toBeUndefined();
+    expect(reshape(two, { start: 5, end: 32 })).toBeUndefined(); // one segment too many
+    expect(reshape(splitAt({ start: 9, end: 21 }, [12, 15]).slice(0, MAX_SEGMENTS), { start: 9, end: 32 })).toBeUndefined();
+    expect(cutsOf(splitAt({ start: 0, end: 8 }, [2, 5]))).toEqual([2, 5]);
+  });
+
+  it('keeps, reshapes or opens anew a stage as the plan cut it', () => {
+    const two = [{ start: 9, end: 15 }, { start: 15, end: 21 }];
+    expect(stageChange(two, { start: 9, end: 21 }, [15])).toEqual({ kind: 'keep' });
+    expect(stageChange(two, { start: 15, end: 32 }, [21])).toEqual({ kind: 'reshape', reshape: { keep: { from: 1, to: 2 }, after: { start: 21, end: 32 } } });
+    // The plan did not reshape it (a drift re-plan, a memory budget): it opens anew, as planned.
+    expect(stageChange(two, { start: 15, end: 32 }, [])).toEqual({ kind: 'open', ranges: [{ start: 15, end: 32 }] });
+    expect(stageChange(two, { start: 12, end: 32 }, [20])).toEqual({ kind: 'open', ranges: [{ start: 12, end: 20 }, { start: 20, end: 32 }] });
+    expect(stageChange(undefined, { start: 0, end: 8 }, [3])).toEqual({ kind: 'open', ranges: [{ start: 0, end: 3 }, { start: 3, end: 8 }] });
   });
 
   it('refuses segments that do not follow each other', async () => {

@@ -1,12 +1,14 @@
 // A ring stage (a member's, or the host's first blocks) as consecutive segments, each a Stage (its
 // own onnxruntime session and caches) over part of the stage's range, run back to back. A re-plan
-// that only grows a stage's range opens the added layers as a new segment beside the running ones
-// instead of a session over the whole range: onnxruntime prepacks every weight of a session at its
-// creation (0.4-0.8 s a layer at 8B on two cores, even from the shard cache), so reopening the
-// layers it runs made a survivor's load cost its whole new range. Splitting a range between
-// sessions is exact (a ring already splits the model between stages bit for bit), and a segment
-// costs a step one more hop to its session's thread, so the number of segments is bounded and a
-// range that shrinks or moves opens as one segment again.
+// reshapes a running stage instead of opening a session over its whole new range: the segments
+// inside the new range stay, those outside it go, and the layers added before and after open as
+// new segments. onnxruntime prepacks every weight of a session at its creation (0.4-0.8 s a layer
+// at 8B on two cores, even from the shard cache), so reopening the layers it runs made a
+// survivor's load cost its whole new range. A fresh stage opens split at the plan's cuts (where a
+// likely re-plan would cut it, pipeline/fault-cuts.ts), so that re-plan keeps most of it. Splitting
+// a range between sessions is exact (a ring already splits the model between stages bit for bit),
+// and a segment costs a step one more hop to its session's thread, so the number of segments is
+// bounded and a range no reshape reaches opens anew.
 import type { KvCache } from './kv-store.js';
 import type { LayerRange } from './layer-range.js';
 import type { Stage, StageInput, StageOutput } from './stage.js';
@@ -89,9 +91,14 @@ export class SegmentedStage {
     return { kind: 'hidden', hidden: out.hidden };
   }
 
-  /** This stage with the segments `before` and `after` (opened for the ranges growth() named) around it. */
-  grown(before: Stage | undefined, after: Stage | undefined): SegmentedStage {
-    return new SegmentedStage([...(before ? [before] : []), ...this.segments, ...(after ? [after] : [])]);
+  /** The segments' ranges, in order. */
+  get ranges(): LayerRange[] {
+    return this.segments.map((s) => ({ start: s.plan.start, end: s.plan.end }));
+  }
+
+  /** This stage's segments `keep` (a Reshape's), with `before` and `after` (opened for its ranges) around them. */
+  reshaped(keep: Reshape['keep'], before: Stage | undefined, after: Stage | undefined): SegmentedStage {
+    return new SegmentedStage([...(before ? [before] : []), ...this.segments.slice(keep.from, keep.to), ...(after ? [after] : [])]);
   }
 
   async dispose(): Promise<void> {
@@ -104,15 +111,67 @@ export class SegmentedStage {
   }
 }
 
-/**
- * The ranges to open so that a stage of `segments` segments running `current` runs `next`: the
- * layers before it and after it. Undefined when `next` does not contain `current` or would need
- * more than MAX_SEGMENTS: then `next` opens as one segment.
- */
-export function growth(current: LayerRange, segments: number, next: LayerRange): { before?: LayerRange; after?: LayerRange } | undefined {
-  if (next.start > current.start || next.end < current.end) return undefined;
-  const before = next.start < current.start ? { start: next.start, end: current.start } : undefined;
-  const after = next.end > current.end ? { start: current.end, end: next.end } : undefined;
-  if (segments + (before ? 1 : 0) + (after ? 1 : 0) > MAX_SEGMENTS) return undefined;
-  return { ...(before ? { before } : {}), ...(after ? { after } : {}) };
+/** How a running stage becomes the next: the segments [from, to) it keeps, the ranges to open before and after them. */
+export interface Reshape {
+  keep: { from: number; to: number };
+  before?: LayerRange;
+  after?: LayerRange;
 }
+
+/**
+ * How a stage running `current` (its segments' ranges, in order) runs `next` without reopening what
+ * it keeps: the segments inside `next` stay, those outside it go, the layers before and after them
+ * open as new segments. Undefined when a segment straddles an end of `next`, none would stay, or
+ * the result needs more than MAX_SEGMENTS: then `next` opens anew.
+ */
+export function reshape(current: readonly LayerRange[], next: LayerRange): Reshape | undefined {
+  if (current.some((r) => r.start < next.end && r.end > next.start && (r.start < next.start || r.end > next.end))) return undefined;
+  const from = current.findIndex((r) => r.start >= next.start && r.end <= next.end);
+  if (from < 0) return undefined;
+  let to = from;
+  while (to < current.length && current[to]!.end <= next.end) to++;
+  const first = current[from]!.start;
+  const last = current[to - 1]!.end;
+  const before = next.start < first ? { start: next.start, end: first } : undefined;
+  const after = next.end > last ? { start: last, end: next.end } : undefined;
+  if (to - from + (before ? 1 : 0) + (after ? 1 : 0) > MAX_SEGMENTS) return undefined;
+  return { keep: { from, to }, ...(before ? { before } : {}), ...(after ? { after } : {}) };
+}
+
+/** The ranges of the segments a reshape of `current` runs, in order. */
+export function reshapedRanges(current: readonly LayerRange[], r: Reshape): LayerRange[] {
+  return [...(r.before ? [r.before] : []), ...current.slice(r.keep.from, r.keep.to), ...(r.after ? [r.after] : [])];
+}
+
+/** Layers in `ranges` (undefined: none). */
+export function layersIn(ranges: ReadonlyArray<LayerRange | undefined>): number {
+  return ranges.reduce((n, r) => n + (r === undefined ? 0 : r.end - r.start), 0);
+}
+
+/** The boundaries inside a stage between its segments (`ranges` in order). */
+export function cutsOf(ranges: readonly LayerRange[]): number[] {
+  return ranges.slice(1).map((r) => r.start);
+}
+
+/** `range` split at `cuts` (ascending, inside it). */
+export function splitAt(range: LayerRange, cuts: readonly number[]): LayerRange[] {
+  const ends = [range.start, ...cuts, range.end];
+  return ends.slice(1).map((end, i) => ({ start: ends[i]!, end }));
+}
+
+/**
+ * What a stage running `current` (its segments' ranges; undefined: none) does to run `next` split
+ * at `cuts` as planned: keep itself (same range), reshape (when that gives exactly the planned
+ * segments), or open `next` anew in segments at the cuts. Host and members decide with this from
+ * the plan, which priced the same rule (planner/moves.ts).
+ */
+export function stageChange(current: readonly LayerRange[] | undefined, next: LayerRange, cuts: readonly number[]): { kind: 'keep' } | { kind: 'reshape'; reshape: Reshape } | { kind: 'open'; ranges: LayerRange[] } {
+  if (current !== undefined && current.length > 0) {
+    if (current[0]!.start === next.start && current[current.length - 1]!.end === next.end) return { kind: 'keep' };
+    const r = reshape(current, next);
+    if (r !== undefined && sameCuts(cutsOf(reshapedRanges(current, r)), cuts)) return { kind: 'reshape', reshape: r };
+  }
+  return { kind: 'open', ranges: splitAt(next, cuts) };
+}
+
+const sameCuts = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);

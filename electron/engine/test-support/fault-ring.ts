@@ -43,6 +43,8 @@ export interface FaultRingOptions {
   /** Members: heartbeat interval. */
   heartbeatMs?: number;
   hostArgs?: readonly string[];
+  /** Environment variables of the host's process (e.g. KIWI_CUT_MIN_MB). */
+  hostEnv?: Readonly<Record<string, string>>;
   memberArgs?: readonly string[];
   /** Where each participant runs ('rendezvous', 'host' or a member's name); loopback when absent. */
   place?: (who: string) => Placement;
@@ -90,7 +92,8 @@ export class FaultRing {
     const spawnAt = (who: string, args: string[]): Proc => {
       const where = place(who);
       // Each machine has its own shard cache and received weights, as on real PCs (a restarted member keeps its own).
-      const all = [...where.prefix, 'env', `KIWI_CACHE_DIR=${join(opts.dir, `cache-${who}`)}`, process.execPath, ...kiwiEntry(), ...args];
+      const env = who === 'host' ? Object.entries(opts.hostEnv ?? {}).map(([k, v]) => `${k}=${v}`) : [];
+      const all = [...where.prefix, 'env', `KIWI_CACHE_DIR=${join(opts.dir, `cache-${who}`)}`, ...env, process.execPath, ...kiwiEntry(), ...args];
       return procs.spawn(all[0]!, all.slice(1));
     };
     const rv = spawnAt('rendezvous', ['rendezvous', '--host', place('rendezvous').listen, '--port', '0', '--json']);

@@ -1,0 +1,66 @@
+import { describe, expect, it } from 'vitest';
+import type { ModelSizes } from '../planner/fleet.js';
+import { splitAt, stageChange } from '../runtime/stage-segments.js';
+import type { MemberView } from '../session/host.js';
+import { CUT_MIN_BYTES, withFaultCuts } from './fault-cuts.js';
+import { planSessionRing, ringMemberIds } from './ring-assignment.js';
+import type { RingStage } from './session-fleet.js';
+
+const stage = (peer: number, start: number, end: number, cuts: number[] = []): RingStage => ({ peer, start, end, head: peer === 0, cuts });
+
+describe('fault cuts', () => {
+  it('cuts a fresh stage where the plan without a member keeps the most of it, only where that spares CUT_MIN_BYTES', () => {
+    const order = [stage(0, 0, 6), stage(1, 6, 15), stage(2, 15, 24), stage(3, 24, 32)];
+    // Without m2 the host takes 0-8, m1 8-20, m3 20-32; without m1: m2 8-20 (keeps 15-20); without m3: m2 15-32.
+    const without: Record<number, RingStage[]> = {
+      1: [stage(0, 0, 8), stage(2, 8, 20), stage(3, 20, 32)],
+      2: [stage(0, 0, 8), stage(1, 8, 20), stage(3, 20, 32)],
+      3: [stage(0, 0, 8), stage(1, 8, 16), stage(2, 16, 32)],
+    };
+    const cut = (blockBytes: number, opensAnew = (_i: number) => true) => withFaultCuts(order, opensAnew, blockBytes, CUT_MIN_BYTES, (peer) => without[peer]).map((s) => s.cuts);
+    // m1 keeps 8-15 (7 blocks) without m2 and 8-15 without m3: cut at 8. m2 keeps 16-24 (8) without m3, more than 15-20 (5): cut at 16.
+    expect(cut(CUT_MIN_BYTES / 6)).toEqual([[], [8], [16], []]);
+    // 7 blocks spare CUT_MIN_BYTES at 1/7 of it a block, 5 would not: m2's cut needs 8.
+    expect(cut(CUT_MIN_BYTES / 7.5)).toEqual([[], [], [16], []]);
+    expect(cut(CUT_MIN_BYTES / 100)).toEqual([[], [], [], []]);
+    // A stage that is kept or reshaped keeps the segments it runs.
+    expect(cut(CUT_MIN_BYTES / 6, (i) => i !== 1)).toEqual([[], [], [16], []]);
+  });
+
+  it('splits an 8B ring so that losing any one member reopens no survivor whole', () => {
+    const GB = 1e9;
+    const model: ModelSizes = {
+      name: 'llama-3.1-8b', layers: 32, blockBytes: 0.14 * GB, blockResidentBytes: 0.19 * GB, headBytes: 0.55 * GB, headResidentBytes: 1.1 * GB, kvBytesPerTokenPerLayer: 8192, stageOverheadBytes: 0.3 * GB,
+    };
+    const perBlock = model.blockResidentBytes! + model.kvBytesPerTokenPerLayer * 2048;
+    const capabilities = (blocks: number, head = false) => ({ fleet_device: { memory_bytes: Math.round(model.stageOverheadBytes! + (head ? model.headResidentBytes : 0) + blocks * perBlock), block_ms: 20, step_ms: 1 } });
+    const members = ['m1', 'm2', 'm3'].map((name, i): MemberView => ({
+      memberId: name, name, fingerprint: 'abcd-0000', peer: i + 1, state: 'active', connected: true, addresses: [], lastSeenMs: 0, capabilities: capabilities(12.5),
+    }));
+    const input = { memoryLimits: new Map(), model, context: 2048, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 0 }, hostCapabilities: capabilities(8.5, true), links: [] };
+    const first = planSessionRing({ ...input, members, serving: undefined });
+    expect(first.order.some((s) => s.cuts.length > 0)).toBe(true);
+    // The plan prices the segments it cut: one more fixed part of a step each.
+    first.order.forEach((s, i) => expect(first.plan.stages[i]!.segments).toBe(s.cuts.length + 1));
+    const memberIds = ringMemberIds(first.order, members);
+    for (const lost of members) {
+      const next = planSessionRing({ ...input, members: members.filter((m) => m !== lost), serving: { order: first.order, memberIds } });
+      for (const s of next.order) {
+        const before = first.order.find((b) => b.peer === s.peer)!;
+        const kept = Math.min(s.end, before.end) - Math.max(s.start, before.start);
+        const change = stageChange(splitAt(before, before.cuts), s, s.cuts);
+        if (kept * model.blockResidentBytes! >= CUT_MIN_BYTES) expect(change.kind, `${s.peer} ${before.start}-${before.end} -> ${s.start}-${s.end} without ${lost.name}`).not.toBe('open');
+      }
+    }
+  });
+
+  it('leaves a small model\'s stages in one session', () => {
+    const model: ModelSizes = { name: 'm', layers: 8, blockBytes: 100_000_000, headBytes: 50_000_000, headResidentBytes: 100_000_000, kvBytesPerTokenPerLayer: 1024 };
+    const members = [1, 2, 3].map((peer): MemberView => ({
+      memberId: `m${peer}`, name: `m${peer}`, fingerprint: 'abcd-0000', peer, state: 'active', connected: true, addresses: [], lastSeenMs: 0, capabilities: { fleet_device: { memory_bytes: 450_000_000 } },
+    }));
+    const { order, plan } = planSessionRing({ members, memoryLimits: new Map(), serving: undefined, model, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 300_000_000 }, links: [] });
+    expect(order.map((s) => s.cuts)).toEqual(order.map(() => []));
+    expect(plan.stages.map((s) => s.segments)).toEqual(order.map(() => 1));
+  });
+});
