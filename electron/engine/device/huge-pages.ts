@@ -30,8 +30,7 @@ export type HugePagesRestart = { restart: true; file: string; args: string[]; en
 export function hugePagesRestart(f: HugePagesFacts): HugePagesRestart {
   if (f.platform !== 'linux') return { restart: false, reason: 'huge pages through glibc are Linux only' };
   if (f.env.KIWI_HUGE_PAGES === '0') return { restart: false, reason: 'KIWI_HUGE_PAGES=0' };
-  const tunables = f.env.GLIBC_TUNABLES ?? '';
-  if (tunables.split(':').some((t) => t.startsWith('glibc.malloc.hugetlb='))) return { restart: false, reason: `already set: GLIBC_TUNABLES=${tunables}` };
+  if (hugetlbTunable(f.env) !== undefined) return { restart: false, reason: `already set: GLIBC_TUNABLES=${f.env.GLIBC_TUNABLES}` };
   const mode = thpMode(f.thp);
   // 'always' gives every large mapping huge pages already; 'never' gives none whatever glibc asks.
   if (mode !== 'madvise') return { restart: false, reason: thpUnused(mode) };
@@ -55,14 +54,20 @@ export function hugePagesEnv(env: NodeJS.ProcessEnv = process.env): NodeJS.Proce
   return hugePagesRestart({ ...hugePagesFacts(env), cmdline: 'node' }).restart ? withTunable(env) : env;
 }
 
+/** The glibc.malloc.hugetlb entry of GLIBC_TUNABLES, if any. */
+function hugetlbTunable(env: NodeJS.ProcessEnv): string | undefined {
+  return (env.GLIBC_TUNABLES ?? '').split(':').find((t) => t.startsWith('glibc.malloc.hugetlb='));
+}
+
 function withTunable(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   const tunables = env.GLIBC_TUNABLES ?? '';
   return { ...env, GLIBC_TUNABLES: tunables === '' ? TUNABLE : `${tunables}:${TUNABLE}` };
 }
 
 /**
- * Restarts this process with huge pages where that applies (hugePagesRestart); returns the reason
- * it did not otherwise. Call it first, before the process opens anything it must not lose.
+ * Restarts this process with huge pages where that applies (hugePagesRestart): a successful restart
+ * never returns. Otherwise returns why not. Call it first, before the process opens anything it
+ * must not lose.
  */
 export function restartWithHugePages(env: NodeJS.ProcessEnv = process.env): string {
   const plan = hugePagesRestart(hugePagesFacts(env));
@@ -70,11 +75,10 @@ export function restartWithHugePages(env: NodeJS.ProcessEnv = process.env): stri
   const addon = loadExecAddon(env);
   if (!addon.ok) return addon.reason;
   try {
-    addon.addon.exec(plan.file, plan.args, plan.env, plan.keepFds);
+    return addon.addon.exec(plan.file, plan.args, plan.env, plan.keepFds);
   } catch (err) {
     return `execve failed: ${(err as Error).message}`;
   }
-  return 'unreachable';
 }
 
 /** Whether a process with these facts has its large allocations in huge pages, in words (`kiwi bench`). */
@@ -83,7 +87,7 @@ export function hugePagesInWords(f: HugePagesFacts): string {
   const mode = thpMode(f.thp);
   if (mode === 'always') return "yes (transparent huge pages are 'always')";
   if (mode !== 'madvise') return `no (${thpUnused(mode)})`;
-  const tunable = (f.env.GLIBC_TUNABLES ?? '').split(':').find((t) => t.startsWith('glibc.malloc.hugetlb='));
+  const tunable = hugetlbTunable(f.env);
   if (tunable !== undefined && tunable !== 'glibc.malloc.hugetlb=0') return `yes (${tunable})`;
   const plan = hugePagesRestart(f);
   return `no (${plan.restart ? 'kiwi could not restart with them: is native/build/Release/kiwi_exec.node built?' : plan.reason})`;

@@ -15,7 +15,7 @@ import { isKiwiError, isKiwiErrorCode, KiwiError, type KiwiErrorCode } from '../
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
 import type { Stage } from '../runtime/stage.js';
 import type { SegmentCaches, SegmentedStage } from '../runtime/stage-segments.js';
-import { forwardKeeping, KeptStage, StageOutputs } from '../runtime/stage-keep.js';
+import { forwardKeeping, KeptStage, outputsFor, StageOutputs } from '../runtime/stage-keep.js';
 import { freeCache, rollbackCache, type KvCache } from '../runtime/kv-store.js';
 import type { SecureLink } from '../transport/secure-link.js';
 import { decodeStepFrame, encodeStepFrame, firstNonFinite, maxStepFrameBytes, type ActivationEncoding, type StepTensor, type WireOptions } from '../transport/tensor-frame.js';
@@ -135,7 +135,7 @@ export class RingEngine {
     // A previous stage that shares no segment with this one has nothing to give.
     if (first !== undefined && opts.kept?.stage.segments.some((s) => first.segments.includes(s)) === true) this.kept = opts.kept;
     else opts.kept?.free();
-    this.outputs = first === undefined ? undefined : (this.kept?.outputsFor(first) ?? new StageOutputs(first.plan.end, first.shape.hidden));
+    this.outputs = first === undefined ? undefined : outputsFor(first, this.kept);
   }
 
   get vocab(): number {

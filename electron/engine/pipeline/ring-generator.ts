@@ -123,13 +123,18 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
     return live.length;
   }
 
+  /** Whether requests the last resume() handed over still rebuild their caches (caughtUp()). */
+  get catchingUp(): boolean {
+    return this.rebuilding.size > 0;
+  }
+
   /**
    * Resolves once every request the last resume() handed over has rebuilt its caches (its prompt
    * and replay ran; the steps it waits for now are its own decode steps) or has ended: until then
    * a recovery is still on the streams' critical path, and background work waits (session-host.ts).
    */
   caughtUp(): Promise<void> {
-    if (this.rebuilding.size === 0) return Promise.resolve();
+    if (!this.catchingUp) return Promise.resolve();
     return new Promise((resolve) => this.caughtUpWaiters.push(resolve));
   }
 

@@ -22,7 +22,7 @@ import { ProgressRate } from '../progress-rate.js';
 import type { ExecutionProvider } from '../ort/session.js';
 import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { PrefixKvStore } from '../runtime/prefix-cache-kv.js';
-import { forwardKeeping, KeptStage, StageOutputs } from '../runtime/stage-keep.js';
+import { forwardKeeping, KeptStage, outputsFor, StageOutputs } from '../runtime/stage-keep.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import { Stage, type StageInput } from '../runtime/stage.js';
 import { layersIn, SegmentedStage, stageChange, type SegmentCaches } from '../runtime/stage-segments.js';
@@ -303,7 +303,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       const kept = await this.plans.next(a.epoch);
       this.rangeBytes = planBytes(kept);
       this.prefixes = new PrefixKvStore();
-      this.outputs = this.keptRequests?.outputsFor(running) ?? new StageOutputs(running.plan.end, running.shape.hidden);
+      this.outputs = outputsFor(running, this.keptRequests);
       const loadMs = performance.now() - t0;
       this.send({ kind: 'ready', epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs });
       this.emit('ready', { epoch: a.epoch, source: 'kept', transferredBytes: 0, loadMs, segments: running.segments.length, openedLayers: 0 });
@@ -355,7 +355,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       return;
     }
     this.stage = stage;
-    this.outputs = this.keptRequests?.outputsFor(stage) ?? new StageOutputs(stage.plan.end, stage.shape.hidden);
+    this.outputs = outputsFor(stage, this.keptRequests);
     this.stageModel = model;
     this.stageLocal = source === 'local';
     this.prefixes = new PrefixKvStore();

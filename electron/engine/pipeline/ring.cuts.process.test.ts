@@ -3,53 +3,29 @@
 // added, instead of reopening its whole range. On real models the host splits a stage only where
 // that spares 1 GiB of weights; KIWI_CUT_MIN_MB=0 lets it split this small synthetic model. Real
 // processes on loopback; the streamed text stays exactly the text without failure.
-import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { openGguf } from '../model/gguf/gguf-reader.js';
-import { modelSizesFromGguf } from '../planner/model-sizes.js';
-import { FaultRing, generateReference, streamCompletion, synthModel, type FaultMember } from '../test-support/fault-ring.js';
-import { isolatedCacheDir, ProcessSet, type Event } from '../test-support/processes.js';
+import { crampedRing, generateReference, memberLoads, streamCompletion, synthModel } from '../test-support/fault-ring.js';
+import { isolatedCacheDir, ProcessSet } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
 const tempDir = isolatedCacheDir('kiwi-ring-cuts-');
 afterEach(() => procs.killAll());
 afterAll(() => procs.dispose());
 
-interface Load { start: number; end: number; segments: number; opened: number }
-
-/** The ranges a member loaded, in order: each `ready` paired with the `assigned` before it. */
-function loads(events: readonly Event[]): Load[] {
-  const out: Load[] = [];
-  let last: { start: number; end: number } | undefined;
-  for (const e of events) {
-    if (e.event === 'assigned') last = { start: e.start as number, end: e.end as number };
-    if (e.event === 'ready' && last !== undefined) out.push({ ...last, segments: e.segments as number, opened: e.opened_layers as number });
-  }
-  return out;
-}
-
 describe('stages split where a re-plan would cut them (real processes on loopback)', () => {
   it('a survivor whose range moves after a kill opens only the layers it adds, and the text stays identical', async () => {
     const model = await synthModel(join(tempDir(), 'cuts12.gguf'), 12, 'f32');
-    const file = await openGguf(model);
     const want = generateReference(model, 'hello world', 48);
-    // As ring.reuse: the host holds 2 blocks, each member at most 6, so a kill moves the survivors' ranges.
-    const sizes = modelSizesFromGguf(file);
-    const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * 1024;
-    const dir = tempDir();
-    const hostCaps = join(dir, 'capabilities-host.json');
-    await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: sizes.headResidentBytes + 2 * perBlock + perBlock / 2 } }));
     const names = ['m1', 'm2', 'm3'];
-    const members: FaultMember[] = names.map((name) => ({ name, memoryBytes: 6 * perBlock + perBlock / 2 }));
-    const ring = await FaultRing.start(procs, { model, members, dir, heartbeatMs: 500, heartbeatTimeoutS: 10, recoveryTimeoutS: 30, hostArgs: ['--capabilities', hostCaps], hostEnv: { KIWI_CUT_MIN_MB: '0' } });
-    const first = new Map(names.map((n) => [n, loads(ring.member(n).events)]));
+    const ring = await crampedRing(procs, model, tempDir(), { hostEnv: { KIWI_CUT_MIN_MB: '0' } });
+    const first = new Map(names.map((n) => [n, memberLoads(ring.member(n).events)]));
     const plan = ring.hostEvents('plan').at(-1)!;
     const planned = plan.stages as Array<{ device: string; start: number; end: number; segments: number }>;
     // Every member opened its range whole, in the segments the plan cut it into.
     for (const n of names) {
       const s = planned.find((p) => p.device === n)!;
-      expect(first.get(n), `${n}: ${JSON.stringify(planned)}\n${ring.logs()}`).toEqual([{ start: s.start, end: s.end, segments: s.segments, opened: s.end - s.start }]);
+      expect(first.get(n), `${n}: ${JSON.stringify(planned)}\n${ring.logs()}`).toMatchObject([{ start: s.start, end: s.end, segments: s.segments, opened: s.end - s.start }]);
     }
     expect(planned.some((s) => s.segments > 1), `the plan cut a stage\n${JSON.stringify(planned)}`).toBe(true);
 
@@ -65,7 +41,7 @@ describe('stages split where a re-plan would cut them (real processes on loopbac
     // Each survivor that loaded again opened only the layers outside the segments it kept.
     let shifted = 0;
     for (const n of names.filter((x) => x !== victim)) {
-      const all = loads(ring.member(n).events);
+      const all = memberLoads(ring.member(n).events);
       if (all.length === 1) continue; // kept its stage
       const [was, now] = [all[0]!, all.at(-1)!];
       const overlap = Math.max(0, Math.min(was.end, now.end) - Math.max(was.start, now.start));

@@ -6,13 +6,12 @@
 // released once built. Members report every layer they hold built, so after a rejoin and a second
 // kill the plan's fetch_bytes is what each survivor receives. Real processes on loopback, a
 // synthetic 12-layer model so that ranges have room to move.
-import { readdir, stat, writeFile } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
-import { modelSizesFromGguf } from '../planner/model-sizes.js';
-import { FaultRing, generateReference, streamCompletion, synthModel, type FaultMember } from '../test-support/fault-ring.js';
-import { isolatedCacheDir, ProcessSet, type Event } from '../test-support/processes.js';
+import { crampedRing, generateReference, memberLoads, streamCompletion, synthModel } from '../test-support/fault-ring.js';
+import { isolatedCacheDir, ProcessSet } from '../test-support/processes.js';
 import { diskBytesOf } from '../runtime/shard-cache.js';
 import { stageTensorNames } from './member-weights.js';
 
@@ -22,17 +21,6 @@ afterEach(() => procs.killAll());
 afterAll(() => procs.dispose());
 
 interface Range { start: number; end: number }
-
-/** The ranges a member loaded, in order: each `ready` paired with the `assigned` before it. */
-function loadedRanges(events: readonly Event[]): Array<Range & { transferred: number; source: string; segments: number }> {
-  const out: Array<Range & { transferred: number; source: string; segments: number }> = [];
-  let last: Range | undefined;
-  for (const e of events) {
-    if (e.event === 'assigned') last = { start: e.start as number, end: e.end as number };
-    if (e.event === 'ready' && last !== undefined) out.push({ ...last, transferred: e.transferred_bytes as number, source: e.source as string, segments: e.segments as number });
-  }
-  return out;
-}
 
 /**
  * A member's shard cache: the built layer files (layer -> bytes), the bytes of the initializers
@@ -66,19 +54,12 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     const model = await synthModel(join(tempDir(), 'reuse12.gguf'), 12, 'f32');
     const file = await openGguf(model);
     const want = generateReference(model, 'hello world', 64);
-    // Sized as the host's planner sizes them: the host holds 2 blocks, each member at most 6, so the
-    // three members share 10 blocks and the two survivors of a kill must take more each.
-    const sizes = modelSizesFromGguf(file);
-    const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * 1024;
     const dir = tempDir();
-    const hostCaps = join(dir, 'capabilities-host.json');
-    await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: sizes.headResidentBytes + 2 * perBlock + perBlock / 2 } }));
     const names = ['m1', 'm2', 'm3'];
-    const members: FaultMember[] = names.map((name) => ({ name, memoryBytes: 6 * perBlock + perBlock / 2 }));
-    const ring = await FaultRing.start(procs, { model, members, dir, heartbeatMs: 500, heartbeatTimeoutS: 10, recoveryTimeoutS: 30, hostArgs: ['--capabilities', hostCaps] });
+    const ring = await crampedRing(procs, model, dir);
     const before = await ring.status();
     expect(before.stages.filter((s) => s.peer !== 0).map((s) => s.name).sort(), 'every member holds layers').toEqual(names);
-    const loadedBefore = new Map(names.map((n) => [n, loadedRanges(ring.member(n).events).length]));
+    const loadedBefore = new Map(names.map((n) => [n, memberLoads(ring.member(n).events).length]));
     // The middle member of the ring dies: both neighbours' ranges can move.
     const victim = before.stages.filter((s) => s.peer !== 0).sort((a, b) => a.start - b.start)[1]!.name;
 
@@ -98,7 +79,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     let grown = 0;
     let grownInPlace = 0;
     for (const name of names.filter((n) => n !== victim)) {
-      const loads = loadedRanges(ring.member(name).events);
+      const loads = memberLoads(ring.member(name).events);
       const stage = after.stages.find((s) => s.name === name);
       if (stage === undefined) continue;
       const now = loads.at(-1)!;
@@ -121,7 +102,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     // built layers are released (only the GGUF header stays raw: the model-wide metadata). Weights
     // on disk (all but the graphs' index) <= 1.1x the built bytes of its layers and shared tables.
     for (const name of names.filter((n) => n !== victim)) {
-      const loads = loadedRanges(ring.member(name).events);
+      const loads = memberLoads(ring.member(name).events);
       const cache = join(dir, `cache-${name}`);
       const { layers, sharedBytes, indexDisk } = await shardFiles(join(cache, 'shards'));
       const loadedLayers = [...new Set(loads.flatMap((r) => Array.from({ length: r.end - r.start }, (_, i) => r.start + i)))].sort((a, b) => a - b);
@@ -148,7 +129,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     const recoveriesBack = back.recoveries?.length ?? 0;
     const second = back.stages.filter((s) => s.peer !== 0 && s.name !== victim).sort((a, b) => a.start - b.start)[0]!.name;
     const survivors = names.filter((n) => n !== second);
-    const loadsBack = new Map(survivors.map((n) => [n, loadedRanges(ring.member(n).events).length]));
+    const loadsBack = new Map(survivors.map((n) => [n, memberLoads(ring.member(n).events).length]));
     const plansBefore = ring.hostEvents('plan').length;
     ring.signal(second, 'SIGKILL');
     const last = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) > recoveriesBack, 'the ring serving after the second kill', 60_000, 250);
@@ -160,7 +141,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     for (const name of survivors) {
       const stage = (plan.stages as Array<{ device: string; start: number; end: number; fetch_bytes: number }>).find((s) => s.device === name);
       if (stage === undefined) continue;
-      const loads = loadedRanges(ring.member(name).events);
+      const loads = memberLoads(ring.member(name).events);
       const got = loads.length > loadsBack.get(name)! ? loads.at(-1)!.transferred : 0;
       expect(stage.fetch_bytes, `${name}: planned ${JSON.stringify(stage)}, loads ${JSON.stringify(loads)}\n${ring.logs()}`).toBe(got);
       planned += stage.fetch_bytes;

@@ -89,8 +89,6 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private plannedIds: readonly string[] = [];
   private head: Stage | undefined;
   private generator: RingGenerator | undefined;
-  /** From a recovery until its resumed streams have rebuilt their caches (RingGenerator.caughtUp): standby plans wait. */
-  private catchingUp = false;
   private pool: KvBlockPool | undefined;
   /** The latest epoch assigned (a re-plan that failed half-way still used one). */
   private epoch = 0;
@@ -112,20 +110,15 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.spanHashes = new SpanHashes(opts.modelPath);
     this.standby = new StandbyHost({
       file: () => this.model?.file, blockCount: () => this.model?.shape.blockCount ?? 0, hash: (spans) => this.spanHashes.hash(spans), epoch: () => this.epoch,
-      serving: () => this.ringPhase.phase === 'serving' && !this.catchingUp, hostEnd: () => this.ring?.order[0]?.end ?? 0, http: () => this.opts.weightsHttp,
+      serving: () => this.ringPhase.phase === 'serving' && this.generator?.catchingUp !== true, hostEnd: () => this.ring?.order[0]?.end ?? 0, http: () => this.opts.weightsHttp,
       stageOf: (id) => this.stages.list().find((st) => st.peer === this.stages.peerOf(id) && st.peer !== 0), send: (id, body) => void this.session.sendPipeline(id, body as unknown as Record<string, unknown>),
     });
     const flushStandby = (): Promise<void> => this.standby.flush().catch((err: unknown) => void this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`)));
     this.on('serving', () => void flushStandby());
-    // After a recovery the resumed streams rebuild their caches first: the members' standby fetches
-    // and builds (CPU, disk, the host's uplink) would slow that replay, which the streams wait for.
-    this.on('recovered', () => {
-      this.catchingUp = true;
-      void (this.generator?.caughtUp() ?? Promise.resolve()).then(() => {
-        this.catchingUp = false;
-        return flushStandby();
-      });
-    });
+    // After a recovery the resumed streams rebuild their caches first (RingGenerator.catchingUp): the
+    // members' standby fetches and builds (CPU, disk, the host's uplink) would slow that replay,
+    // which the streams wait for.
+    this.on('recovered', () => void (this.generator?.caughtUp() ?? Promise.resolve()).then(flushStandby));
     this.budgets = new MemberBudgets(this.opts.modelSizes, opts.concurrency ?? 1,
       async () => (await modelShapeFromGguf(await openGguf(opts.modelPath), opts.maxPositions !== undefined ? { maxPositions: opts.maxPositions } : {})).maxPositions,
       (m, r) => {

@@ -1,38 +1,28 @@
 // KV buffers that grow on use (stage.ts) give bit-identical logits to buffers allocated at the
 // full reservation: the filled positions move intact when a buffer grows, for one request and
 // for a batch, across several growth steps.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { GgmlType } from '../model/gguf/gguf-types.js';
-import { openGguf } from '../model/gguf/gguf-reader.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
-import { resolveShape } from '../model/synth/shapes.js';
-import { synthesizeModel } from '../model/synth/synth.js';
-import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ModelShape } from './decoder-shape.js';
 import { Stage } from './stage.js';
 import type { KvCache } from './kv-store.js';
+import { tinyModel, type TinyModel } from './test-support/tiny-model.js';
 
 const CAPACITY = 700;
-let dir: string;
+let tiny: TinyModel;
 let file: GgufFile;
 let shape: ModelShape;
 let stage: Stage;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-kv-growth-'));
-  const path = join(dir, 'tiny.gguf');
-  const tiny = { name: 'tiny', architecture: 'llama', blockCount: 2, embeddingLength: 128, headCount: 4, headCountKv: 2, feedForwardLength: 256, vocabSize: 320, contextLength: 1024 };
-  await synthesizeModel({ shape: resolveShape(JSON.stringify(tiny)), quant: GgmlType.Q8_0, out: path, seed: 5 });
-  file = await openGguf(path);
-  shape = await modelShapeFromGguf(file);
+  tiny = await tinyModel({ seed: 5, quant: GgmlType.Q8_0, shape: { blockCount: 2, embeddingLength: 128, feedForwardLength: 256, vocabSize: 320, contextLength: 1024 } });
+  ({ file, shape } = tiny);
   stage = await Stage.open(file, shape, { start: 0, end: shape.blockCount, head: true }, { threads: 1 });
 });
 afterAll(async () => {
   await stage?.dispose();
-  await rm(dir, { recursive: true, force: true });
+  await tiny.dispose();
 });
 
 /** A cache whose buffers already hold the whole reservation (the layout before growth existed). */

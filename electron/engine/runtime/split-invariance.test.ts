@@ -1,34 +1,23 @@
 // Split invariance, bit for bit: any division of the layers into stages gives exactly the logits
 // of the undivided model (prefill and decode, exact and int8-activation matmuls), so greedy
 // generation is the same token for token whatever the plan.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { GgmlType } from '../model/gguf/gguf-types.js';
-import { openGguf } from '../model/gguf/gguf-reader.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
-import { resolveShape } from '../model/synth/shapes.js';
-import { synthesizeModel } from '../model/synth/synth.js';
-import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ModelShape } from './decoder-shape.js';
 import { buildStageChain } from './stage-chain.js';
 import type { LayerRange } from './layer-range.js';
+import { tinyModel, type TinyModel } from './test-support/tiny-model.js';
 
-let dir: string;
+let tiny: TinyModel;
 let file: GgufFile;
 let shape: ModelShape;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-split-'));
-  const path = join(dir, 'tiny.gguf');
-  const tiny = { name: 'tiny', architecture: 'llama', blockCount: 4, embeddingLength: 256, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 512, contextLength: 128 };
-  await synthesizeModel({ shape: resolveShape(JSON.stringify(tiny)), quant: GgmlType.Q4_0, out: path, seed: 9 });
-  file = await openGguf(path);
-  shape = await modelShapeFromGguf(file);
+  tiny = await tinyModel({ seed: 9, shape: { blockCount: 4 } });
+  ({ file, shape } = tiny);
 });
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await tiny.dispose();
 });
 
 async function logitsOf(split: LayerRange[], accuracyLevel: 0 | 4): Promise<Float32Array[]> {

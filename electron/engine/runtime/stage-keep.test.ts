@@ -1,32 +1,23 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { GgmlType } from '../model/gguf/gguf-types.js';
-import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
-import { resolveShape } from '../model/synth/shapes.js';
-import { synthesizeModel } from '../model/synth/synth.js';
-import { modelShapeFromGguf, type ModelShape } from './decoder-shape.js';
+import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import type { ModelShape } from './decoder-shape.js';
 import { Stage, type StageOutput } from './stage.js';
-import { KeptStage, StageOutputs } from './stage-keep.js';
+import { KeptStage, outputsFor, StageOutputs } from './stage-keep.js';
 import { SegmentedStage, type SegmentCaches } from './stage-segments.js';
+import { tinyModel, type TinyModel } from './test-support/tiny-model.js';
 
-/** The tiny model's hidden size (embeddingLength below). */
+/** The tiny model's hidden size (its embeddingLength). */
 const HIDDEN = 256;
-let dir: string;
+let tiny: TinyModel;
 let file: GgufFile;
 let shape: ModelShape;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-keep-'));
-  const path = join(dir, 'tiny.gguf');
-  const tiny = { name: 'tiny', architecture: 'llama', blockCount: 5, embeddingLength: HIDDEN, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 512, contextLength: 128 };
-  await synthesizeModel({ shape: resolveShape(JSON.stringify(tiny)), quant: GgmlType.Q4_0, out: path, seed: 12 });
-  file = await openGguf(path);
-  shape = await modelShapeFromGguf(file);
+  tiny = await tinyModel({ seed: 12, shape: { embeddingLength: HIDDEN } });
+  ({ file, shape } = tiny);
 });
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await tiny.dispose();
 });
 
 const open = (start: number, end: number): Promise<Stage> => Stage.open(file, shape, { start, end, head: false }, { threads: 1, replayInputs: true });
@@ -74,7 +65,7 @@ describe('what a stage keeps of its requests across a re-plan', () => {
       await firstRows(running, keptCaches, toLayer2, sent);
 
       const kept = new KeptStage(running, new Map([[7, keptCaches]]), sent);
-      const outputs = kept.outputsFor(grown);
+      const outputs = outputsFor(grown, kept);
       expect(outputs.at).toBe(4);
       const caches = kept.adopt(7, grown, 32, KEEP, outputs)!;
       expect(caches.map((c) => c.length)).toEqual([0, KEEP, 0]);
@@ -110,7 +101,7 @@ describe('what a stage keeps of its requests across a re-plan', () => {
       const reference = whole.emptyCache(32);
       const expected = [...(await firstRows(whole, reference)), hiddenOf(await whole.forward({ kind: 'hidden', hidden: DECODE, batch: 1, seq: 1 }, [reference]))];
       const kept = new KeptStage(running, new Map([[7, keptCaches]]), sent);
-      const outputs = kept.outputsFor(shifted);
+      const outputs = outputsFor(shifted, kept);
       const caches = kept.adopt(7, shifted, 32, KEEP, outputs)!;
       expect(caches.map((c) => c.length)).toEqual([KEEP, 0]);
       const keptSegment = vi.spyOn(running.segments[1]!, 'forward');
@@ -145,7 +136,7 @@ describe('what a stage keeps of its requests across a re-plan', () => {
       expect(sent.length(8)).toBe(0);
       const seeded = running.emptyCache(32).map((c) => Object.assign(c, { length: 5 }));
       const kept = new KeptStage(running, new Map([[7, cachesA], [8, seeded]]), sent);
-      const outputs = kept.outputsFor(grown);
+      const outputs = outputsFor(grown, kept);
       // Request 7 survived with 5 positions only: its kept segment is cut back, the added one fed from rows 0-5.
       expect(kept.adopt(7, grown, 32, 5, outputs)!.map((c) => c.length)).toEqual([5, 0]);
       expect(kept.adopt(8, grown, 32, 5, outputs)!.map((c) => c.length)).toEqual([0, 0]);

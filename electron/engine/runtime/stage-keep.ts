@@ -89,6 +89,14 @@ export class StageOutputs {
   }
 }
 
+/**
+ * The outputs store of `next`, the next ring's stage: `kept`'s where `next` ends at the same layer
+ * (its rows go on being the stage's output), else a new one.
+ */
+export function outputsFor(next: SegmentedStage, kept: KeptStage | undefined): StageOutputs {
+  return kept !== undefined && next.plan.end === kept.outputs.at ? kept.outputs : new StageOutputs(next.plan.end, next.shape.hidden);
+}
+
 /** A stage's requests as they stood when its ring was retired, until the next ring's stage adopts them. */
 export class KeptStage {
   constructor(
@@ -98,19 +106,11 @@ export class KeptStage {
   ) {}
 
   /**
-   * The outputs store of `next`, the next ring's stage: the kept one where `next` ends at the same
-   * layer (its rows go on being the stage's output), else a new one.
-   */
-  outputsFor(next: SegmentedStage): StageOutputs {
-    return next.plan.end === this.outputs.at ? this.outputs : new StageOutputs(next.plan.end, next.shape.hidden);
-  }
-
-  /**
    * Request `id`'s caches on `next`, rebuilt from its first `keep` positions: a segment `next`
    * shares with the kept stage keeps its cache cut to `keep` positions (skipped while the request
    * is rebuilt, SegmentedStage.resumeForward), any other starts empty. Where the kept segments and
    * rows cannot feed the rest, every segment starts empty. Undefined when nothing is kept for `id`.
-   * `outputs`: next's store (outputsFor); its rows for `id` are cut to what the rebuild keeps.
+   * `outputs`: next's store (outputsFor()); its rows for `id` are cut to what the rebuild keeps.
    */
   adopt(id: number, next: SegmentedStage, capacity: number, keep: number, outputs: StageOutputs): SegmentCaches | undefined {
     const kept = this.caches.get(id);

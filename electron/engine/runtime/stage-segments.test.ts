@@ -1,30 +1,21 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { GgmlType } from '../model/gguf/gguf-types.js';
-import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
-import { resolveShape } from '../model/synth/shapes.js';
-import { synthesizeModel } from '../model/synth/synth.js';
-import { modelShapeFromGguf, type ModelShape } from './decoder-shape.js';
+import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import type { ModelShape } from './decoder-shape.js';
 import { freeCache } from './kv-store.js';
 import { Stage, type StageInput } from './stage.js';
 import { cutsOf, MAX_SEGMENTS, reshape, SegmentedStage, splitAt, stageChange } from './stage-segments.js';
+import { tinyModel, type TinyModel } from './test-support/tiny-model.js';
 
-let dir: string;
+let tiny: TinyModel;
 let file: GgufFile;
 let shape: ModelShape;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-segments-'));
-  const path = join(dir, 'tiny.gguf');
-  const tiny = { name: 'tiny', architecture: 'llama', blockCount: 5, embeddingLength: 256, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 512, contextLength: 128 };
-  await synthesizeModel({ shape: resolveShape(JSON.stringify(tiny)), quant: GgmlType.Q4_0, out: path, seed: 11 });
-  file = await openGguf(path);
-  shape = await modelShapeFromGguf(file);
+  tiny = await tinyModel({ seed: 11 });
+  ({ file, shape } = tiny);
 });
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await tiny.dispose();
 });
 
 const open = (start: number, end: number): Promise<Stage> => Stage.open(file, shape, { start, end, head: false }, { threads: 1, replayInputs: true });

@@ -3,34 +3,24 @@
 // distributions near the exact layout's (not the same bits: it is lossy), and the shard cache
 // keeps the two layouts' builds apart (a fast entry never stands in for an exact one) and reuses
 // a built fast layer in another range.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { GgmlType } from '../model/gguf/gguf-types.js';
-import { openGguf } from '../model/gguf/gguf-reader.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
-import { resolveShape } from '../model/synth/shapes.js';
-import { synthesizeModel } from '../model/synth/synth.js';
-import { modelShapeFromGguf } from './decoder-shape.js';
 import type { DecoderShape } from './stage-graph.js';
 import { ShardCache } from './shard-cache.js';
 import { buildStageChain } from './stage-chain.js';
 import type { StageOptions } from './stage.js';
+import { tinyModel, type TinyModel } from './test-support/tiny-model.js';
 
-let dir: string;
+let tiny: TinyModel;
 let file: GgufFile;
 let shape: DecoderShape;
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kiwi-weight-layout-'));
-  const path = join(dir, 'q4.gguf');
-  const tiny = { name: 'tiny llama', architecture: 'llama', blockCount: 2, embeddingLength: 256, headCount: 4, headCountKv: 2, feedForwardLength: 512, vocabSize: 512, contextLength: 64, tiedEmbeddings: true };
-  await synthesizeModel({ shape: resolveShape(JSON.stringify(tiny)), quant: GgmlType.Q4_0, out: path, seed: 5 });
-  file = await openGguf(path);
-  shape = await modelShapeFromGguf(file);
+  tiny = await tinyModel({ seed: 5, shape: { name: 'tiny llama', blockCount: 2, contextLength: 64, tiedEmbeddings: true } });
+  ({ file, shape } = tiny);
 });
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await tiny.dispose();
 });
 
 const PROMPT = [1, ...Array.from({ length: 15 }, (_, i) => 3 + ((i * 97) % 500))];
@@ -72,7 +62,7 @@ describe('the fast weight layout', () => {
   });
 
   test('is kept apart from the exact layout in the shard cache', async () => {
-    const cache = new ShardCache(join(dir, 'shards'));
+    const cache = new ShardCache(join(dirname(tiny.path), 'shards'));
     const fast = await logitsOf({ weightLayout: 'fast', cache });
     const exact = await logitsOf({ cache });
     expect([fast.source, exact.source]).toEqual(['built', 'built']);

@@ -11,6 +11,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { askStatus, kiwiEntry, repoRoot, waitEvent, type Event, type Proc, type ProcessSet } from './processes.js';
 import type { RecoveryRecord } from '../pipeline/session-host.js';
+import { openGguf } from '../model/gguf/gguf-reader.js';
+import { modelSizesFromGguf } from '../planner/model-sizes.js';
 
 const run = promisify(execFile);
 
@@ -373,4 +375,41 @@ export async function synthModel(path: string, blocks: number, quant: 'f32' | 'q
   const shape = { name: 'faults', architecture: 'llama', blockCount: blocks, embeddingLength: 64, headCount: 4, headCountKv: 2, feedForwardLength: 160, vocabSize: 320, contextLength: 1024 };
   await run(process.execPath, [...kiwiEntry(), 'synth', '--shape', JSON.stringify(shape), '--quant', quant, '--out', path, '--seed', String(seed), '--json'], { cwd: repoRoot });
   return path;
+}
+
+/**
+ * A ring over a 12-block model (synthModel, `model`) whose ranges must move when a member dies:
+ * sized as the host's planner sizes them, the host holds 2 blocks and the head, each of the three
+ * members m1-m3 at most 6, so the members share 10 blocks and two survivors must take more each.
+ */
+export async function crampedRing(procs: ProcessSet, model: string, dir: string, opts: Pick<FaultRingOptions, 'hostEnv'> = {}): Promise<FaultRing> {
+  const sizes = modelSizesFromGguf(await openGguf(model));
+  const perBlock = sizes.blockResidentBytes! + sizes.kvBytesPerTokenPerLayer * 1024;
+  const hostCaps = join(dir, 'capabilities-host.json');
+  await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: sizes.headResidentBytes + 2 * perBlock + perBlock / 2 } }));
+  const members = ['m1', 'm2', 'm3'].map((name) => ({ name, memoryBytes: 6 * perBlock + perBlock / 2 }));
+  return FaultRing.start(procs, { model, members, dir, heartbeatMs: 500, heartbeatTimeoutS: 10, recoveryTimeoutS: 30, hostArgs: ['--capabilities', hostCaps], ...opts });
+}
+
+/** A member's load as its events tell it: the range assigned, and the `ready` that followed. */
+export interface MemberLoad {
+  start: number;
+  end: number;
+  source: string;
+  transferred: number;
+  segments: number;
+  opened: number;
+}
+
+/** The ranges a member loaded, in order: each `ready` paired with the `assigned` before it. */
+export function memberLoads(events: readonly Event[]): MemberLoad[] {
+  const out: MemberLoad[] = [];
+  let last: { start: number; end: number } | undefined;
+  for (const e of events) {
+    if (e.event === 'assigned') last = { start: e.start as number, end: e.end as number };
+    if (e.event === 'ready' && last !== undefined) {
+      out.push({ ...last, source: e.source as string, transferred: e.transferred_bytes as number, segments: e.segments as number, opened: e.opened_layers as number });
+    }
+  }
+  return out;
 }
