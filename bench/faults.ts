@@ -15,7 +15,8 @@
 // model, a 2,048-position context, members keeping standby layers (KIWI_FAULTS_STANDBY_GB, default
 // 3; 0: none, every re-plan loads over the network); one member killed per trial, in turn during
 // the prefill of a 512-token prompt, at the 60th generated token (of 120) and at the 500th (of
-// 520). Writes bench/results/faults-8b.json.
+// 520); a replay at the 500th is set against the undisturbed ring's prefill of a prompt about as
+// long. Writes bench/results/faults-8b.json.
 // KIWI_KEEP_CACHES=0 (read by `kiwi host`): a re-plan rebuilds every layer of the live requests
 // instead of skipping those the survivors kept (runtime/stage-keep.ts), for comparison; the JSON
 // then goes to faults[-8b]-rebuild-all.json. KIWI_CUT_MIN_MB=off (read by `kiwi host`): stages
@@ -101,15 +102,16 @@ async function synthLarge(path: string): Promise<string> {
 
 /** The context the host serves: the model's, at most 4096 (the large mode's is LARGE_CONTEXT). */
 const context = LARGE ? LARGE_CONTEXT : Math.min(4096, (await kiwiJson('inspect', model)).context_length as number);
-/** A long prompt for prefill kills: as many sentences as fill about 3/4 of the context (1/4 in the large mode, 512 tokens). */
-async function longPrompt(): Promise<string> {
+/** A long prompt for prefill kills: as many sentences as fill about 3/4 of the context (1/4 in the large mode, 512 tokens); `day` names its days. */
+async function longPrompt(day = 'Day'): Promise<{ text: string; tokens: number }> {
   const share = LARGE ? 0.25 : 0.75;
   for (let n = LARGE ? 40 : 60; ; n = Math.floor(n / 2)) {
-    const text = Array.from({ length: n }, (_, i) => `Day ${i}: the little dog ran to the park and played with a red ball.`).join(' ');
-    if (n <= 1 || ((await kiwiJson('tokenize', '--model', model, text)).ids as number[]).length <= context * share) return text;
+    const text = Array.from({ length: n }, (_, i) => `${day} ${i}: the little dog ran to the park and played with a red ball.`).join(' ');
+    const tokens = ((await kiwiJson('tokenize', '--model', model, text)).ids as number[]).length;
+    if (n <= 1 || tokens <= context * share) return { text, tokens };
   }
 }
-const LONG_PROMPT = await longPrompt();
+const LONG_PROMPT = (await longPrompt()).text;
 
 /**
  * The small mode: four members of 64 MiB (every one holds layers, the model fits without any
@@ -127,6 +129,18 @@ async function ringMembers(): Promise<{ members: FaultMember[]; hostArgs: string
   return { members, hostArgs: ['--capabilities', hostCaps, '--context', String(context)] };
 }
 const { members: MEMBERS, hostArgs: HOST_ARGS } = await ringMembers();
+
+/**
+ * The large mode's yardstick for a replay after a kill at the 500th token: the whole ring's
+ * prefill of a prompt about as long, undisturbed (time to its first token). Its words differ from
+ * LONG_PROMPT's, so no trial finds it in the prompt cache.
+ */
+async function ringPrefill(r: FaultRing): Promise<{ tokens: number; ms: number }> {
+  const { text, tokens } = await longPrompt('Night');
+  const got = await streamCompletion(r.url, { model: modelId, prompt: text, maxTokens: 1 }, () => undefined, { stallMs: 60_000 * SLOW });
+  if (got.error !== undefined || got.pieces.length === 0) throw new Error(`the ring's prefill failed: ${got.error?.message ?? 'no token'}`);
+  return { tokens, ms: got.pieces[0]!.at - got.startedAt };
+}
 
 interface Trial {
   trial: number;
@@ -281,6 +295,8 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
 
 const trials: Trial[] = [];
 const started = Date.now();
+/** The large mode's undisturbed ring prefill (ringPrefill), measured once the ring is up. */
+let prefill: { tokens: number; ms: number } | undefined;
 try {
   // The one-machine text of every (prompt, length) a kind streams.
   const want = new Map<string, string>();
@@ -291,6 +307,10 @@ try {
   }
   console.log(`${want.size} reference texts from kiwi generate after ${((Date.now() - started) / 1000).toFixed(0)} s`);
   ring = await startRing();
+  if (LARGE && KINDS.includes('decode-500')) {
+    prefill = await ringPrefill(ring);
+    console.log(`the ring's prefill of ${prefill.tokens} tokens: ${prefill.ms} ms`);
+  }
   for (let t = 0; t < TRIALS; t++) {
     const kind = kindOf(t);
     const result = await runTrial(ring, t, kind, want);
@@ -322,8 +342,17 @@ const summary = {
   recoveryMs: { median: medianOf(recoveries.map((r) => r.durationMs)), max: Math.max(0, ...recoveries.map((r) => r.durationMs)) },
   resumedRequests: recoveries.reduce((a, r) => a + r.resumedRequests, 0),
   rejoins: { replans: rejoins.length, bytesMoved: rejoins.reduce((a, r) => a + r.bytesMoved, 0), recoveryMs: medianOf(rejoins.map((r) => r.durationMs)) },
+  ...(prefill !== undefined ? { ringPrefill: prefill, replayOverPrefill: replayRatios() } : {}),
   wallS: Math.round((Date.now() - started) / 1000),
 };
+
+/** Each kill at the 500th token: what followed the re-plan (the replay, then the next token) over the ring's prefill. */
+function replayRatios(): number[] {
+  return trials.filter((t) => t.kind === 'decode-500').flatMap((t) => {
+    const ms = afterReplan(t);
+    return ms === null || prefill === undefined ? [] : [Math.round((ms / prefill.ms) * 100) / 100];
+  });
+}
 
 /** A survivor's load: its source, what it received and at what rate, and the whole load's time. */
 function loadText(l: Load): string {
@@ -360,6 +389,7 @@ for (const t of trials) {
   const moved = t.recoveries.reduce((n, x) => n + x.bytesMoved, 0);
   console.log(`| ${t.trial + 1} | ${t.kind} | ${t.killAtToken} | ${t.detectMs ?? '-'} | ${t.recoveries.map((x) => x.durationMs).join(' + ') || '-'} | ${(moved / 2 ** 20).toFixed(1)} / ${(t.planFetchBytes / 2 ** 20).toFixed(1)} | ${t.loads.map(loadText).join(', ') || '-'} | ${afterReplan(t) ?? '-'} | ${t.failureToNextTokenMs ?? '-'} | ${t.identical ? 'yes' : 'NO'} |`);
 }
+if (prefill !== undefined) console.log(`kills at the 500th token: after the re-plan / the ring's prefill of ${prefill.tokens} tokens (${prefill.ms} ms): ${replayRatios().map((x) => `${x}x`).join(', ') || '-'}`);
 console.log(`re-plans after a fault: ${summary.replans} (median ${summary.recoveryMs.median ?? '-'} ms, max ${summary.recoveryMs.max} ms, ${summary.resumedRequests} requests resumed); members planned in again: ${summary.rejoins.replans} re-plans, ${summary.rejoins.bytesMoved} bytes moved`);
 const out = join(import.meta.dirname, 'results');
 await mkdir(out, { recursive: true });

@@ -9,35 +9,21 @@
 // decode steps of a graph with and without the replay inputs (their cost in every step).
 //   KIWI_BENCH_THREADS (1), KIWI_BENCH_ROUNDS (1), KIWI_BENCH_TOKENS (60,500).
 // Run: npx tsx bench/replay.ts   Prints a table and writes bench/results/replay.json.
-import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
-import { loadavg, tmpdir } from 'node:os';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
 import { buildStageChain, type StageChain } from '../electron/engine/runtime/stage-chain.js';
-import { kiwiEntry, repoRoot } from '../electron/engine/test-support/processes.js';
+import { repoRoot } from '../electron/engine/test-support/processes.js';
+import { benchModel } from './bench-model.js';
 
-const run = promisify(execFile);
 const THREADS = Number(process.env.KIWI_BENCH_THREADS ?? 1);
 const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 1);
 const TOKENS = (process.env.KIWI_BENCH_TOKENS ?? '60,500').split(',').map(Number);
 const PROMPT = Array.from({ length: 32 }, (_, i) => 1 + ((i * 7919) % 5000));
 const CONTEXT = 1024;
 
-async function modelPath(): Promise<string> {
-  if (process.env.KIWI_BENCH_MODEL !== undefined) return process.env.KIWI_BENCH_MODEL;
-  const dir = join(tmpdir(), 'kiwi-bench-replay');
-  const path = join(dir, 'llama-3.2-1b-q4_0.gguf');
-  if (!existsSync(path)) {
-    await mkdir(dir, { recursive: true });
-    console.error(`writing ${path} (kiwi synth)...`);
-    await run(process.execPath, [...kiwiEntry(), 'synth', '--shape', 'llama-3.2-1b', '--quant', 'q4_0', '--out', path, '--seed', '1'], { cwd: repoRoot, maxBuffer: 1 << 26 });
-  }
-  return path;
-}
 
 const timed = async (f: () => Promise<unknown>): Promise<number> => {
   const t0 = performance.now();
@@ -89,7 +75,7 @@ async function plainSteps(withInputs: StageChain, without: StageChain, n: number
 }
 
 async function main(): Promise<void> {
-  const file = await openGguf(await modelPath());
+  const file = await openGguf(await benchModel());
   const shape = await modelShapeFromGguf(file, { maxPositions: CONTEXT });
   const whole = [{ start: 0, end: shape.blockCount }];
   const chain = await buildStageChain(file, shape, whole, { threads: THREADS, accuracyLevel: 4, replayInputs: true });

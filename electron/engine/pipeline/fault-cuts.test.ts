@@ -9,22 +9,27 @@ import type { RingStage } from './session-fleet.js';
 const stage = (peer: number, start: number, end: number, cuts: number[] = []): RingStage => ({ peer, start, end, head: peer === 0, cuts });
 
 describe('fault cuts', () => {
-  it('cuts a fresh stage where the plan without a member keeps the most of it, only where that spares CUT_MIN_BYTES', () => {
+  it('cuts a fresh stage where the plans without each member reopen the fewest layers, each cut sparing CUT_MIN_BYTES in one', () => {
     const order = [stage(0, 0, 6), stage(1, 6, 15), stage(2, 15, 24), stage(3, 24, 32)];
-    // Without m2 the host takes 0-8, m1 8-20, m3 20-32; without m1: m2 8-20 (keeps 15-20); without m3: m2 15-32.
+    // Without m2 the host takes 0-8, m1 8-20, m3 20-32; without m1: m2 8-20 (keeps 15-20); without m3: m2 16-32.
     const without: Record<number, RingStage[]> = {
       1: [stage(0, 0, 8), stage(2, 8, 20), stage(3, 20, 32)],
       2: [stage(0, 0, 8), stage(1, 8, 20), stage(3, 20, 32)],
       3: [stage(0, 0, 8), stage(1, 8, 16), stage(2, 16, 32)],
     };
     const cut = (blockBytes: number, opensAnew = (_i: number) => true) => withFaultCuts(order, opensAnew, blockBytes, CUT_MIN_BYTES, (peer) => without[peer]).map((s) => s.cuts);
-    // m1 keeps 8-15 (7 blocks) without m2 and 8-15 without m3: cut at 8. m2 keeps 16-24 (8) without m3, more than 15-20 (5): cut at 16.
+    // m1 uncut reopens 12 + 8 layers; cut at 8 it keeps 8-15 in both plans and reopens 5 + 1 (spares 7 in each).
+    // m2 uncut reopens 12 + 16; at 16: 12 + 8 (spares 8 without m3); at 20: 7 + 16 (spares 5 without m1); at both: 7 + 8.
     expect(cut(CUT_MIN_BYTES / 6)).toEqual([[], [8], [16], []]);
-    // 7 blocks spare CUT_MIN_BYTES at 1/7 of it a block, 5 would not: m2's cut needs 8.
+    // Where 5 blocks earn a cut, m2 takes both: one for the loss on each side.
+    expect(cut(CUT_MIN_BYTES / 4.5)).toEqual([[], [8], [16, 20], []]);
+    // A cut must spare enough in one re-plan: m1's 7 + 7 do not add up to 7.5.
     expect(cut(CUT_MIN_BYTES / 7.5)).toEqual([[], [], [16], []]);
     expect(cut(CUT_MIN_BYTES / 100)).toEqual([[], [], [], []]);
     // A stage that is kept or reshaped keeps the segments it runs.
     expect(cut(CUT_MIN_BYTES / 6, (i) => i !== 1)).toEqual([[], [], [16], []]);
+    // A threshold of 0 still makes no cut that spares nothing.
+    expect(withFaultCuts(order, () => true, 1, 0, (peer) => without[peer]).map((s) => s.cuts)).toEqual([[], [8], [16, 20], []]);
   });
 
   it('splits an 8B ring so that losing any one member reopens no survivor whole', () => {
@@ -40,8 +45,14 @@ describe('fault cuts', () => {
     const input = { memoryLimits: new Map(), model, context: 2048, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 0 }, hostCapabilities: capabilities(8.5, true), links: [] };
     const first = planSessionRing({ ...input, members, serving: undefined });
     expect(first.order.some((s) => s.cuts.length > 0)).toBe(true);
+    expect(first.order.some((s) => s.cuts.length === 2)).toBe(true);
     // The plan prices the segments it cut: one more fixed part of a step each.
-    first.order.forEach((s, i) => expect(first.plan.stages[i]!.segments).toBe(s.cuts.length + 1));
+    const uncut = planSessionRing({ ...input, members, serving: undefined, cutMinBytes: Number.POSITIVE_INFINITY });
+    first.order.forEach((s, i) => {
+      const [j, u] = [first.plan.stages[i]!, uncut.plan.stages[i]!];
+      expect(j.segments).toBe(s.cuts.length + 1);
+      expect(j.stage_ms! - u.stage_ms!).toBeCloseTo(s.cuts.length * j.step_ms!, 6);
+    });
     const memberIds = ringMemberIds(first.order, members);
     for (const lost of members) {
       const next = planSessionRing({ ...input, members: members.filter((m) => m !== lost), serving: { order: first.order, memberIds } });

@@ -148,12 +148,12 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
       }
     },
   );
-  // A cut stage runs one more session: one more fixed part of a step.
+  // Each cut is one more session a step runs: one more fixed part of a step.
   order.forEach((s, i) => {
     const j = plan.stages[i];
     if (j === undefined || s.cuts.length + 1 === j.segments) return;
+    if (j.stage_ms !== null && j.step_ms !== null) j.stage_ms += (s.cuts.length + 1 - j.segments) * j.step_ms;
     j.segments = s.cuts.length + 1;
-    if (j.stage_ms !== null && j.step_ms !== null) j.stage_ms += j.step_ms;
   });
   return { plan, order };
 }

@@ -1,7 +1,7 @@
 // Stages split where losing a member would cut them (issue 15, pipeline/fault-cuts.ts): a survivor
 // whose range moves after a kill keeps the segment inside its new range and opens only the layers
 // added, instead of reopening its whole range. On real models the host splits a stage only where
-// that spares 1 GiB of weights; KIWI_CUT_MIN_MB=0 lets it split this small synthetic model. Real
+// that spares 512 MiB of weights; KIWI_CUT_MIN_MB=0 lets it split this small synthetic model. Real
 // processes on loopback; the streamed text stays exactly the text without failure.
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
