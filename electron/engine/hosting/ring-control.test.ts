@@ -238,5 +238,10 @@ describe('FlowMeter', () => {
     // Steps in flight count as flowing even when the means have not moved yet.
     expect(m.sample(timing(64, 4.1, 2), 7000)).toBe(true);
     expect(m.activeAt(7000)).toBe(true);
+    // A tick that comes late (the interval delayed on a busy machine) still announces the stop.
+    m.sample(timing(65, 4.0), 8000);
+    expect(m.sample(timing(65, 4.0), 9999)).toBe(false);
+    expect(m.sample(timing(65, 4.0), 11005)).toBe(true);
+    expect(m.activeAt(11005)).toBe(false);
   });
 });

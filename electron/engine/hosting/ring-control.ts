@@ -77,17 +77,21 @@ export function ringStateWire(s: SessionHostStatus): RingStateWire {
 export class FlowMeter {
   private last = '';
   private lastChange = -Infinity;
+  /** The state the previous sample announced: a late tick (a busy machine delays the interval) must still announce the stop. */
+  private announced = false;
 
-  /** Records a sample; true when the flow state changed since the previous one. */
+  /** Records a sample; true when the flow state changed since the previous one, or its timings moved. */
   sample(s: Pick<SessionHostStatus, 'timing' | 'requests'>, now = Date.now()): boolean {
-    const before = this.activeAt(now - TIMING_REFRESH_MS);
     const t = s.timing;
     const mark = `${t.steps}|${t.meanRingMs}|${t.meanHostMs}|${s.requests.completed + s.requests.cancelled + s.requests.failed}`;
     if (mark !== this.last || t.inFlight > 0) {
       this.last = mark;
       this.lastChange = now;
     }
-    return before !== this.activeAt(now) || this.lastChange === now;
+    const active = this.activeAt(now);
+    const changed = active !== this.announced || this.lastChange === now;
+    this.announced = active;
+    return changed;
   }
 
   activeAt(now = Date.now()): boolean {
