@@ -24,7 +24,6 @@ const TOKENS = (process.env.KIWI_BENCH_TOKENS ?? '60,500').split(',').map(Number
 const PROMPT = Array.from({ length: 32 }, (_, i) => 1 + ((i * 7919) % 5000));
 const CONTEXT = 1024;
 
-
 const timed = async (f: () => Promise<unknown>): Promise<number> => {
   const t0 = performance.now();
   await f();

@@ -14,7 +14,7 @@ import { parseSessionCode } from '../session/session-code.js';
 import { identityDir, shardCache, weightsDir } from './cache-layout.js';
 import type { MemberRing } from './control-hooks.js';
 import { startControlEndpoint, type ControlEndpoint } from './control-endpoint.js';
-import { FLOW_HOLD_MS, ringAssignment, TIMING_REFRESH_MS } from './ring-control.js';
+import { FlowMeter, ringAssignment, TIMING_REFRESH_MS } from './ring-control.js';
 import { SessionControl } from './session-control.js';
 
 export interface MemberNodeOptions {
@@ -109,23 +109,16 @@ export function memberRing(opts: RingMemberOptions & { onError?: (err: KiwiError
     ring.on('weights-progress', onChange);
     ring.on('ready', onChange);
     // The stage's recent step times move with every step it computes: that is its tokens flowing.
-    let stageMs: number | null = null;
-    let lastStep = -Infinity;
-    let flowing = false;
+    const meter = new FlowMeter();
+    const sample = (now?: number): boolean => meter.sample(String(ring.status().stageMs), false, now);
+    sample(-Infinity);
     const tick = setInterval(() => {
-      const s = ring.status();
-      const now = Date.now();
-      if (s.stageMs !== stageMs) lastStep = now;
-      const active = now - lastStep < FLOW_HOLD_MS;
-      if (s.stageMs === stageMs && active === flowing) return;
-      stageMs = s.stageMs;
-      flowing = active;
-      onChange();
+      if (sample()) onChange();
     }, TIMING_REFRESH_MS);
     tick.unref();
     return {
       assignment: () => ringAssignment(ring.status()),
-      flow: () => ({ active: flowing, tokens_per_s: null }),
+      flow: () => ({ active: meter.activeAt(), tokens_per_s: null }),
       handBack: () => ring.handBack(),
       close: () => {
         clearInterval(tick);

@@ -13,7 +13,7 @@ import { SessionControl } from './session-control.js';
 import type { SessionHostStatus } from '../pipeline/session-host.js';
 import { ringHosting, type RingHostingOptions } from './host-node.js';
 import { memberRing } from './member-node.js';
-import { FlowMeter, ringPlanWire, ringStateWire } from './ring-control.js';
+import { FlowMeter, ringPlanWire, ringStateWire, sampleHostFlow } from './ring-control.js';
 
 // Controls close in the order they started: the host ends the session first, as at a real session's end.
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -222,26 +222,26 @@ describe('FlowMeter', () => {
 
   it('says tokens flow while measured steps change, also once the recent-step window is full, and stops after they stop', () => {
     const m = new FlowMeter();
-    m.sample(timing(0, null), -Infinity);
+    sampleHostFlow(m, timing(0, null), -Infinity);
     expect(m.activeAt(0)).toBe(false);
-    expect(m.sample(timing(0, null), 1000)).toBe(false);
-    expect(m.sample(timing(12, 4.2), 2000)).toBe(true);
+    expect(sampleHostFlow(m, timing(0, null), 1000)).toBe(false);
+    expect(sampleHostFlow(m, timing(12, 4.2), 2000)).toBe(true);
     expect(m.activeAt(2500)).toBe(true);
     // 64 recent steps kept: the count stays, the mean moves with every new step.
-    m.sample(timing(64, 4.3), 3000);
-    expect(m.sample(timing(64, 4.1), 4000)).toBe(true);
+    sampleHostFlow(m, timing(64, 4.3), 3000);
+    expect(sampleHostFlow(m, timing(64, 4.1), 4000)).toBe(true);
     expect(m.activeAt(5000)).toBe(true);
     // Nothing new for two intervals: no longer flowing, and the change is announced.
-    expect(m.sample(timing(64, 4.1), 5000)).toBe(false);
-    expect(m.sample(timing(64, 4.1), 6000)).toBe(true);
+    expect(sampleHostFlow(m, timing(64, 4.1), 5000)).toBe(false);
+    expect(sampleHostFlow(m, timing(64, 4.1), 6000)).toBe(true);
     expect(m.activeAt(6000)).toBe(false);
     // Steps in flight count as flowing even when the means have not moved yet.
-    expect(m.sample(timing(64, 4.1, 2), 7000)).toBe(true);
+    expect(sampleHostFlow(m, timing(64, 4.1, 2), 7000)).toBe(true);
     expect(m.activeAt(7000)).toBe(true);
     // A tick that comes late (the interval delayed on a busy machine) still announces the stop.
-    m.sample(timing(65, 4.0), 8000);
-    expect(m.sample(timing(65, 4.0), 9999)).toBe(false);
-    expect(m.sample(timing(65, 4.0), 11005)).toBe(true);
+    sampleHostFlow(m, timing(65, 4.0), 8000);
+    expect(sampleHostFlow(m, timing(65, 4.0), 9999)).toBe(false);
+    expect(sampleHostFlow(m, timing(65, 4.0), 11005)).toBe(true);
     expect(m.activeAt(11005)).toBe(false);
   });
 });

@@ -71,8 +71,9 @@ export function ringStateWire(s: SessionHostStatus): RingStateWire {
 }
 
 /**
- * Whether tokens flow, from measured steps: the recent step timings change with every step (their
- * count grows, their means move) and steps in flight are counted. Sampled, since steps have no event.
+ * Whether tokens flow, from measured steps, sampled (steps have no event): `mark` is what moves
+ * with every step (the recent step timings: their count grows, their means move), `busy` says
+ * steps are in flight. The flow stops FLOW_HOLD_MS after the last of either.
  */
 export class FlowMeter {
   private last = '';
@@ -80,11 +81,9 @@ export class FlowMeter {
   /** The state the previous sample announced: a late tick (a busy machine delays the interval) must still announce the stop. */
   private announced = false;
 
-  /** Records a sample; true when the flow state changed since the previous one, or its timings moved. */
-  sample(s: Pick<SessionHostStatus, 'timing' | 'requests'>, now = Date.now()): boolean {
-    const t = s.timing;
-    const mark = `${t.steps}|${t.meanRingMs}|${t.meanHostMs}|${s.requests.completed + s.requests.cancelled + s.requests.failed}`;
-    if (mark !== this.last || t.inFlight > 0) {
+  /** Records a sample; true when the flow state changed since the previous one, or the mark moved. */
+  sample(mark: string, busy: boolean, now = Date.now()): boolean {
+    if (mark !== this.last || busy) {
       this.last = mark;
       this.lastChange = now;
     }
@@ -100,10 +99,16 @@ export class FlowMeter {
 }
 
 /** A running SessionHost (and the API serving through it) as the control API's hosted session. */
+/** The host's flow sample: its ring's step timings and finished requests, and the steps in flight. */
+export function sampleHostFlow(meter: FlowMeter, s: Pick<SessionHostStatus, 'timing' | 'requests'>, now = Date.now()): boolean {
+  const t = s.timing;
+  return meter.sample(`${t.steps}|${t.meanRingMs}|${t.meanHostMs}|${s.requests.completed + s.requests.cancelled + s.requests.failed}`, t.inFlight > 0, now);
+}
+
 export function hostedRing(ring: SessionHost, opts: { model: string; server: OpenAiServer | null; close?: () => Promise<void> }): HostedSession {
   const meter = new FlowMeter();
   // The first sample is the ring as it is now: only later steps count as flowing.
-  meter.sample(ring.status(), -Infinity);
+  sampleHostFlow(meter, ring.status(), -Infinity);
   return {
     session: ring.session,
     model: opts.model,
@@ -125,7 +130,7 @@ export function hostedRing(ring: SessionHost, opts: { model: string; server: Ope
       const tick = setInterval(() => {
         const t = ring.status();
         if (t.phase === 'closed') return clearInterval(tick);
-        const flowChanged = meter.sample(t);
+        const flowChanged = sampleHostFlow(meter, t);
         if (!flowChanged && t.phase === phase && t.recovery === undefined && t.waitingUntil === undefined) return;
         phase = t.phase;
         listener();

@@ -53,6 +53,10 @@ describe('fault cuts', () => {
       expect(j.segments).toBe(s.cuts.length + 1);
       expect(j.stage_ms! - u.stage_ms!).toBeCloseTo(s.cuts.length * j.step_ms!, 6);
     });
+    // And so does the whole ring: its bottleneck is the costliest stage, its circuit pays every cut.
+    expect(first.plan.bottleneck_ms).toBeCloseTo(Math.max(...first.plan.stages.map((s) => s.stage_ms!)), 6);
+    const cuts = first.order.reduce((n, s) => n + s.cuts.length, 0);
+    expect(first.plan.circuit_ms! - uncut.plan.circuit_ms!).toBeCloseTo(cuts * first.plan.stages[0]!.step_ms!, 6);
     const memberIds = ringMemberIds(first.order, members);
     for (const lost of members) {
       const next = planSessionRing({ ...input, members: members.filter((m) => m !== lost), serving: { order: first.order, memberIds } });

@@ -59,7 +59,13 @@ function bestCuts(range: LayerRange, nexts: readonly LayerRange[], minBlocks: nu
   const candidates = [...new Set(nexts.flatMap((n) => [n.start, n.end]))].filter((c) => c > range.start && c < range.end).sort((a, b) => a - b);
   const sets: number[][] = [[]];
   for (const c of candidates) for (const s of sets.slice()) if (s.length < MAX_SEGMENTS - 1) sets.push([...s, c]);
-  const reopened = (cuts: readonly number[]) => reopenedLayers(range, cuts, nexts);
+  const memo = new Map<string, number[]>();
+  const reopened = (cuts: readonly number[]): number[] => {
+    const key = cuts.join(',');
+    let r = memo.get(key);
+    if (r === undefined) memo.set(key, (r = reopenedLayers(range, cuts, nexts)));
+    return r;
+  };
   const total = (cuts: readonly number[]) => reopened(cuts).reduce((a, b) => a + b, 0);
   const worthIt = (cuts: number[]) => {
     const own = reopened(cuts);

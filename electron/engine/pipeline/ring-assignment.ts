@@ -4,7 +4,7 @@
 // hold; members' reports about their stage become its next status. Invariant: a stage's `receive`
 // is what its previous stage sends (token ids into the first member when the host runs no blocks).
 import type { DeviceSpec, ModelSizes, RunningRange } from '../planner/fleet.js';
-import type { PlanJson } from '../planner/plan-json.js';
+import { withSegments, type PlanJson } from '../planner/plan-json.js';
 import type { MemberView, SessionStatus } from '../session/host.js';
 import type { ActivationEncoding, WireOptions } from '../transport/tensor-frame.js';
 import type { LayerRange } from '../runtime/layer-range.js';
@@ -149,13 +149,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     },
   );
   // Each cut is one more session a step runs: one more fixed part of a step.
-  order.forEach((s, i) => {
-    const j = plan.stages[i];
-    if (j === undefined || s.cuts.length + 1 === j.segments) return;
-    if (j.stage_ms !== null && j.step_ms !== null) j.stage_ms += (s.cuts.length + 1 - j.segments) * j.step_ms;
-    j.segments = s.cuts.length + 1;
-  });
-  return { plan, order };
+  return { plan: withSegments(plan, order.map((s) => s.cuts.length + 1)), order };
 }
 
 /** The member of each stage after the host's, in ring order. */

@@ -114,6 +114,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   /** This stage's part of the prompt cache (runtime/prefix-cache.ts); a new epoch starts without entries. */
   private prefixes: PrefixKvStore | undefined;
   private queue: Promise<void> = Promise.resolve();
+  /** The assignments being loaded (close() waits for them: a load holds sessions until it ends). */
+  private readonly loading = new Set<Promise<void>>();
   private readonly weights: WeightsReceipt;
   private readonly standby: StandbyKeeper | undefined;
   /** Whether the open stage was loaded from this member's own copy of the model (it holds every layer). */
@@ -204,6 +206,12 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   async close(): Promise<void> {
     this.closed = true;
     this.memoryWatch?.stop();
+    // A load in progress ends now: nothing will answer its transfer or its plan once this member
+    // has left, and the sessions it holds (a reshaped stage's kept segments) go with it.
+    const leaving = new KiwiError('SESSION_ENDED', 'This member left the session.');
+    this.weights.close(leaving);
+    this.plans.cancel(leaving);
+    await Promise.all(this.loading);
     await this.standby?.pause();
     await this.queue;
     this.keptRequests?.free();
@@ -225,9 +233,11 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       return;
     }
     switch (body.kind) {
-      case 'assign':
-        void this.onAssign(body).catch((err: unknown) => this.fail(err, body.epoch));
+      case 'assign': {
+        const load = this.onAssign(body).catch((err: unknown) => this.fail(err, body.epoch)).finally(() => this.loading.delete(load));
+        this.loading.add(load);
         return;
+      }
       case 'weights-plan':
         this.plans.put(body);
         return;
@@ -246,8 +256,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   private fail(cause: unknown, epoch?: number): void {
     // A load that failed for any reason is reported, never a crash of the member.
     const err = isKiwiError(cause) ? cause : new KiwiError('RING_STAGE_FAILED', `Could not load the assigned layers: ${String(cause instanceof Error ? cause.message : cause).slice(0, 300)}`);
-    // A load that a newer assignment replaced is not a failure.
-    if (epoch !== undefined && epoch !== this.assignment?.epoch) return;
+    // A load that a newer assignment replaced, or that ended as this member left, is not a failure.
+    if (this.closed || (epoch !== undefined && epoch !== this.assignment?.epoch)) return;
     this.emit('error', err);
     try {
       this.send({ kind: 'failed', ...(epoch !== undefined ? { epoch } : {}), code: err.code, message: err.message.slice(0, 1000) });
@@ -288,7 +298,7 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
     // Standby fetches wait while the new range loads (they would share its disk and link).
     await this.standby?.pause();
     await this.queue;
-    if (this.assignment !== a) return;
+    if (this.assignment !== a || this.closed) return;
     this.dropCaches();
     this.send({ kind: 'assigned', epoch: a.epoch, start: a.start, end: a.end });
     this.emit('assigned', { start: a.start, end: a.end, head: false });

@@ -1,4 +1,5 @@
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -96,6 +97,15 @@ describe('a member receiving its weights', () => {
     stream(receipt, plan.spans);
   });
 
+  it('ends the transfer when the member leaves: obtain() rejects and late chunks are dropped', async () => {
+    const { receipt, sent } = receiptIn(join(dir, 'left'));
+    const got = receipt.obtain(assign, plan);
+    await expect.poll(() => sent.length).toBe(1);
+    receipt.close(new KiwiError('SESSION_ENDED', 'This member left the session.'));
+    await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'SESSION_ENDED'));
+    stream(receipt, plan.spans);
+  });
+
   it('fails the transfer on a span whose bytes do not match the host\'s hash', async () => {
     const { receipt, sent } = receiptIn(join(dir, 'corrupt'));
     const got = receipt.obtain(assign, plan);
@@ -176,6 +186,30 @@ describe('a member receiving its weights from the host\'s HTTP range server', ()
     expect(warnings.at(-1)?.message).toMatch(/over the encrypted session/);
   });
 
+  it('stops a download in progress when the member leaves, and asks nothing over the session', async () => {
+    // A server that accepts and never answers: without the stop, the download would wait out its idle timeout.
+    let connected = 0;
+    let hungUp = 0;
+    const silent = createServer((socket) => {
+      connected++;
+      socket.on('close', () => hungUp++);
+      socket.resume(); // reads the request (and then the client's hang-up) without answering
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    try {
+      const { receipt, sent } = receiptIn(join(dir, 'http-left'), undefined, []);
+      const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+      const got = receipt.obtain(assign, { ...plan, http: { urls: [url], token: 'x'.repeat(43) } });
+      await expect.poll(() => connected).toBeGreaterThan(0);
+      receipt.close(new KiwiError('SESSION_ENDED', 'This member left the session.'));
+      await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'SESSION_ENDED'));
+      expect(sent).toEqual([]);
+      await expect.poll(() => hungUp).toBe(connected);
+    } finally {
+      silent.close();
+    }
+  });
+
   it('falls back when it refuses the token, streaming only what it did not give', async () => {
     const server = await startWeightsHttp(path, { host: '127.0.0.1' });
     try {
@@ -220,5 +254,21 @@ describe('the host\'s weights plans', () => {
     plans.put(planOf(3));
     plans.put(planOf(2));
     await expect(next).resolves.toEqual(planOf(2));
+  });
+
+  it('ends the wait of an assignment a newer one replaced, and gives the newer its plan', async () => {
+    const plans = new WeightsPlans();
+    const older = plans.next(1);
+    const newer = plans.next(2);
+    await expect(older).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'RING_REPLAN'));
+    plans.put(planOf(2));
+    await expect(newer).resolves.toEqual(planOf(2));
+  });
+
+  it('ends the wait when the member leaves', async () => {
+    const plans = new WeightsPlans();
+    const next = plans.next(1);
+    plans.cancel(new KiwiError('SESSION_ENDED', 'This member left the session.'));
+    await expect(next).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'SESSION_ENDED'));
   });
 });

@@ -56,6 +56,8 @@ export const planBytes = (plan: WeightsPlan): number => sumBytes(plan.spans);
 export class WeightsReceipt {
   private transfer: Transfer | undefined;
   private chunkQueue: Promise<void> = Promise.resolve();
+  /** Aborted by close(): downloads in progress stop, and obtain() gets nothing more. */
+  private readonly closing = new AbortController();
 
   constructor(
     private readonly opts: {
@@ -89,6 +91,7 @@ export class WeightsReceipt {
     let fetched = 0;
     for (const [i, { source, url, token }] of sources.entries()) {
       fetched += await this.download(url, missing, partial, token, i === sources.length - 1);
+      this.closing.signal.throwIfAborted();
       missing = partial.missing(needed);
       if (missing.length === 0) {
         const file = await openGguf(partial.path);
@@ -97,6 +100,7 @@ export class WeightsReceipt {
       }
     }
     const totalBytes = sumBytes(missing);
+    this.closing.signal.throwIfAborted();
     await new Promise<void>((resolve, reject) => {
       this.transfer = { partial, missing: [...missing], receivedBytes: 0, totalBytes, lastReportedBytes: 0, writing: undefined, done: resolve, failed: reject };
       this.io.send({ kind: 'weights-request', spans: missing.map((s) => ({ offset: s.offset, bytes: s.bytes })) });
@@ -143,12 +147,18 @@ export class WeightsReceipt {
         if (now - lastReportAt < DOWNLOAD_PROGRESS_MS && receivedBytes < totalBytes) return;
         lastReportAt = now;
         this.io.progress(receivedBytes, totalBytes);
-      }, token !== undefined ? { token } : {});
+      }, { signal: this.closing.signal, ...(token !== undefined ? { token } : {}) });
     } catch (err) {
       if (!isKiwiError(err)) throw err;
       this.io.warning(new KiwiError(err.code, `${err.message} ${last ? 'Receiving the rest over the encrypted session instead.' : 'Trying the next address.'}`));
     }
     return receivedBytes;
+  }
+
+  /** The member is leaving: a download or transfer in progress ends, and obtain() rejects with `err`. */
+  close(err: KiwiError): void {
+    this.closing.abort(err);
+    this.cancel(err);
   }
 
   /** Ends the transfer in progress, if any (a re-plan): obtain() rejects with `err`. */
@@ -208,14 +218,20 @@ export class WeightsReceipt {
 /** The host's weights plans, one per assignment epoch: a plan may arrive before or after the member asks for it. */
 export class WeightsPlans {
   private pending: WeightsPlan | undefined;
-  private waiter: ((plan: WeightsPlan) => void) | undefined;
+  private waiter: { take(plan: WeightsPlan): void; cancel(err: KiwiError): void } | undefined;
 
   constructor(private readonly timeoutMs = 60_000) {}
 
   /** A plan from the host. */
   put(plan: WeightsPlan): void {
-    if (this.waiter !== undefined) this.waiter(plan);
+    if (this.waiter !== undefined) this.waiter.take(plan);
     else this.pending = plan;
+  }
+
+  /** Ends the wait in progress, if any (the member is closing): next() rejects with `err`. */
+  cancel(err: KiwiError): void {
+    this.pending = undefined;
+    this.waiter?.cancel(err);
   }
 
   /** The plan of assignment `epoch` (plans of other epochs are dropped). */
@@ -223,14 +239,29 @@ export class WeightsPlans {
     const ready = this.pending;
     this.pending = undefined;
     if (ready?.epoch === epoch) return Promise.resolve(ready);
+    // A wait for an earlier epoch's plan ends: that assignment was replaced.
+    this.waiter?.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring before it described this member\'s weights.'));
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.')), this.timeoutMs);
-      this.waiter = (plan) => {
-        if (plan.epoch !== epoch) return;
+      const end = (): void => {
         clearTimeout(timer);
-        this.waiter = undefined;
-        resolve(plan);
+        if (this.waiter === waiter) this.waiter = undefined;
       };
+      const timer = setTimeout(() => {
+        end();
+        reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.'));
+      }, this.timeoutMs);
+      const waiter = {
+        take: (plan: WeightsPlan) => {
+          if (plan.epoch !== epoch) return;
+          end();
+          resolve(plan);
+        },
+        cancel: (err: KiwiError) => {
+          end();
+          reject(err);
+        },
+      };
+      this.waiter = waiter;
     });
   }
 }

@@ -83,6 +83,31 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
   };
 }
 
+/**
+ * `plan` with its stages run in `segments[i]` sessions each (fault cuts made after planning,
+ * pipeline/fault-cuts.ts): every session more is one more fixed part of a step (step_ms), in the
+ * stage's cost and so in the bottleneck, the utilization and the circuit.
+ */
+export function withSegments(plan: PlanJson, segments: readonly number[]): PlanJson {
+  let added = 0;
+  const stages = plan.stages.map((s, i) => {
+    const n = segments[i] ?? s.segments;
+    if (n === s.segments) return s;
+    const extra = s.stage_ms !== null && s.step_ms !== null ? (n - s.segments) * s.step_ms : 0;
+    added += extra;
+    return { ...s, segments: n, stage_ms: s.stage_ms === null ? null : round(s.stage_ms + extra, 3) };
+  });
+  if (plan.bottleneck_ms === null || plan.circuit_ms === null) return { ...plan, stages };
+  const costs = stages.map((s) => s.stage_ms ?? 0);
+  const bottleneck = Math.max(...costs);
+  return {
+    ...plan, stages,
+    bottleneck_ms: round(bottleneck, 3),
+    circuit_ms: round(plan.circuit_ms + added, 3),
+    utilization: bottleneck > 0 ? round(costs.reduce((a, b) => a + b, 0) / costs.length / bottleneck, 4) : 1,
+  };
+}
+
 function round(x: number, digits: number): number {
   const f = 10 ** digits;
   return Math.round(x * f) / f;

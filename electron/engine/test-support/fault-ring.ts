@@ -158,7 +158,7 @@ export class FaultRing {
     p.child.kill(signal);
     const timer = new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), timeoutMs).unref());
     const code = await Promise.race([p.exited, timer]);
-    if (code === 'timeout') throw new Error(`${name} did not exit within ${timeoutMs} ms of ${signal}; stderr: ${p.stderr.join('\n')}`);
+    if (code === 'timeout') throw new Error(`${name} did not exit within ${timeoutMs} ms of ${signal}; its last events: ${JSON.stringify(p.events.slice(-8))}; stderr: ${p.stderr.join('\n')}`);
     return code;
   }
 
