@@ -1,11 +1,13 @@
-// The `kiwi` process: restarts itself once with huge pages where that applies (device/huge-pages.ts,
-// before the command is even loaded), turns Ctrl-C / SIGTERM into the command's AbortSignal
-// (commands clean up: partial files, sockets, sessions) and sets the exit code. A second Ctrl-C
-// exits at once; so does a process still held open 3 s after its command ended. bin/kiwi.js runs
-// the compiled copy; tests run this file from source with tsx.
+// The `kiwi` process: restarts itself once with huge pages where that applies (device/huge-pages.ts;
+// before the command is even loaded, and only for the commands that open stages,
+// commands/stage-commands.ts), turns Ctrl-C / SIGTERM into the command's AbortSignal (commands clean
+// up: partial files, sockets, sessions) and sets the exit code. A second Ctrl-C exits at once; so
+// does a process still held open 3 s after its command ended. bin/kiwi.js runs the compiled copy;
+// tests run this file from source with tsx.
+import { opensStages } from './commands/stage-commands.js';
 import { restartWithHugePages } from './engine/device/huge-pages.js';
 
-restartWithHugePages();
+if (opensStages(process.argv[2])) restartWithHugePages();
 const { main } = await import('./cli.js');
 
 const controller = new AbortController();

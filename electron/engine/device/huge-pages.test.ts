@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
+import { testModelPath } from '../model/test-models.js';
 import { ProcessSet, waitEvent } from '../test-support/processes.js';
 import { hugePagesEnv, hugePagesFacts, hugePagesInWords, hugePagesRestart, type HugePagesFacts } from './huge-pages.js';
 import { loadExecAddon } from './native-addon.js';
@@ -79,18 +80,24 @@ describe('kiwi restarts itself with huge pages', () => {
   afterEach(() => procs.killAll());
 
   // The expectation follows this machine: with transparent huge pages in madvise mode and the
-  // native addon built, the running `kiwi` has the tunable; elsewhere it runs as it was started.
-  it.skipIf(process.platform !== 'linux')('keeps its pid and gains the tunable where that applies', async () => {
+  // native addon built, a `kiwi` that opens stages has the tunable; elsewhere it runs as it was started.
+  it.skipIf(process.platform !== 'linux')('keeps its pid and gains the tunable where that applies, for the commands that open stages only', async () => {
     const env = { ...process.env };
     delete env.GLIBC_TUNABLES;
     delete env.KIWI_HUGE_PAGES;
     const expected = hugePagesRestart(hugePagesFacts(env)).restart && loadExecAddon().ok;
+    const tunable = (pid: number | undefined): boolean => readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes('GLIBC_TUNABLES=glibc.malloc.hugetlb=1');
+    const serve = procs.kiwi('serve', '--model', await testModelPath('stories260K.gguf'), '--port', '0', '--threads', '1', '--no-shard-cache', '--json');
+    await waitEvent(serve, (e) => e.event === 'serving', 'kiwi serve', 30_000);
+    expect(tunable(serve.child.pid)).toBe(expected);
+    // The process answers on the pid it was started with (execve keeps it); it still stops on a signal.
+    serve.child.kill('SIGTERM');
+    expect(await serve.exited).toBe(0);
+    // A command that opens no stage (the rendezvous) starts as it is, with no restart.
     const rv = procs.kiwi('rendezvous', '--host', '127.0.0.1', '--port', '0', '--json');
     await waitEvent(rv, (e) => e.event === 'listening', 'the rendezvous');
-    const environ = readFileSync(`/proc/${rv.child.pid}/environ`, 'utf8').split('\0');
-    expect(environ.includes('GLIBC_TUNABLES=glibc.malloc.hugetlb=1')).toBe(expected);
-    // The process answers on the pid it was started with (execve keeps it); it still stops on a signal.
+    expect(tunable(rv.child.pid)).toBe(false);
     rv.child.kill('SIGTERM');
     expect(await rv.exited).toBe(0);
-  });
+  }, 60_000);
 });
