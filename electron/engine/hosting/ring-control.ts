@@ -36,7 +36,8 @@ export function ringPlanWire(s: SessionHostStatus): { plan: PlanWire | null; err
       const key = `${st.name}|${st.start}-${st.end}`;
       const m = measured(st.start, st.end, st.head) ?? null;
       const p = predicted.get(key) ?? null;
-      return { peer: st.peer, name: st.name, start: st.start, end: st.end, head: st.head, stage_ms: m ?? p, predicted_ms: p, measured_ms: decodeMs.get(key) ?? m, state: st.state };
+      // The drift monitor judges the host's blocks alone; the host's row shows its head too, as predicted_ms does.
+      return { peer: st.peer, name: st.name, start: st.start, end: st.end, head: st.head, stage_ms: m ?? p, predicted_ms: p, measured_ms: (st.head ? undefined : decodeMs.get(key)) ?? m, state: st.state };
     })
     // Planned but not yet assigned: the host is the head device, members are found by name.
     : plan.stages.map((p) => ({

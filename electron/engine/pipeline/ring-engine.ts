@@ -66,7 +66,7 @@ export function peerError(err: unknown): KiwiError {
 export interface StepTiming {
   /** Wall time of the whole step, host to host. */
   ringMs: number;
-  /** Of which the host's own stages. */
+  /** Of which the host's own stages computed (its first blocks and the head; not their waits for a turn). */
   hostMs: number;
   /** Compute time each member stage reported, by its layer range ('2-5'). */
   stageMs: Record<string, number>;
@@ -100,6 +100,20 @@ class Serial {
     const p = this.tail.then(f, f);
     this.tail = p.catch(() => undefined);
     return p;
+  }
+
+  /** run(f), and how long f itself ran: the stage's compute time, without the wait for its turn. */
+  async timed<T>(f: () => Promise<T>): Promise<{ out: T; ms: number }> {
+    let ms = 0;
+    const out = await this.run(async () => {
+      const t0 = performance.now();
+      try {
+        return await f();
+      } finally {
+        ms = performance.now() - t0;
+      }
+    });
+    return { out, ms };
   }
 }
 
@@ -285,10 +299,11 @@ export class RingEngine {
     if (first !== undefined) {
       const caches = rows.map((r) => this.cachesOf(r.id).first!);
       const store = { outputs: this.outputs, kept: this.kept };
-      const out = await this.firstLock.run(() => forwardKeeping(first, { kind: 'ids', ids, batch, seq }, caches, rows, store, replay));
+      // Its compute time only: another step's turn on the stage (pipelined requests) is not its cost.
+      const { out, ms } = await this.firstLock.timed(() => forwardKeeping(first, { kind: 'ids', ids, batch, seq }, caches, rows, store, replay));
       if (out.kind !== 'hidden') throw new Error('the host\'s first stage returned logits');
       tensor = { kind: 'hidden', hidden: out.hidden, dims: [batch, seq, first.shape.hidden] };
-      hostMs += performance.now() - started;
+      hostMs = ms;
     }
     if (this.broken !== undefined) throw this.broken;
     const frame = await encodeStepFrame({ metadata: stepMetadata(this.opts.epoch, step, meta), tensor }, this.opts.wire);
@@ -354,12 +369,11 @@ export class RingEngine {
       return;
     }
     try {
-      const h0 = performance.now();
       const caches = rows.map((r) => this.cachesOf(r.id).head);
       const position = caches[0]?.length ?? 0;
       const hiddenNorm = p.onHiddenNorm !== undefined;
       const tail = p.logitsTail;
-      const out = await this.headLock.run(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm, ...(tail !== 1 ? { logitsTail: tail } : {}), ...(p.rows[0]?.replay === true ? { replay: true } : {}) }));
+      const { out, ms: headMs } = await this.headLock.timed(() => head.forward({ kind: 'hidden', hidden: t.hidden, batch: t.dims[0], seq: t.dims[1] }, caches, { hiddenNorm, ...(tail !== 1 ? { logitsTail: tail } : {}), ...(p.rows[0]?.replay === true ? { replay: true } : {}) }));
       if (out.kind !== 'logits') throw new Error('the head stage returned hidden states');
       if (out.hiddenNorm !== undefined) p.onHiddenNorm?.(out.hiddenNorm);
       const v = head.shape.vocab * tail;
@@ -369,7 +383,7 @@ export class RingEngine {
         const ms = Number(v);
         if (k.startsWith('ms.') && Number.isFinite(ms)) stageMs[k.slice(3)] = ms;
       }
-      const timing: StepTiming = { ringMs: now - p.started, hostMs: p.hostMs + (now - h0), stageMs, firstMs: p.hostMs, rows: rows.length, seq: p.seq, position };
+      const timing: StepTiming = { ringMs: now - p.started, hostMs: p.hostMs + headMs, stageMs, firstMs: p.hostMs, rows: rows.length, seq: p.seq, position };
       this.timings.push(timing);
       if (this.timings.length > 64) this.timings.shift();
       p.resolve(rows.map((_, b) => out.logits.slice(b * v, (b + 1) * v)));

@@ -35,7 +35,7 @@ describe('DriftMonitor', () => {
     const judged = setup(DEFAULT_DRIFT_OPTIONS, { stages } as unknown as PlanJson);
     for (let i = 0; i < steps; i++) judged.monitor.onStep(longStep(1000 + i));
     expect(judged.requests).toEqual([]);
-    expect(judged.monitor.status().stages.map((s) => s.measuredMs)).toEqual([1, 5]);
+    expect(judged.monitor.status().stages.map((s) => s.measuredMs)).toEqual([2, 1, 5]);
     // A plan without position costs (devices that did not measure them) sees the same steps as drift.
     const unknown = setup(DEFAULT_DRIFT_OPTIONS, { stages: stages.map((s) => ({ ...s, position_ms: 0 })) } as unknown as PlanJson);
     for (let i = 0; i < steps; i++) unknown.monitor.onStep(longStep(1000 + i));
@@ -67,6 +67,28 @@ describe('DriftMonitor', () => {
     expect(replanned).toEqual([]);
     // Once that re-plan is done, later ones (a join) get the planner's own margin again.
     expect(monitor.moveMargin).toBeUndefined();
+  });
+
+  it('judges the host\'s stage by its blocks against their price (the head\'s taken off), and not a host that runs only the head', () => {
+    // Every member as planned; the host's blocks compute 6 ms a step against the 2 of its plan's 2.2 that are not the head's.
+    const plan = { stages: [{ device: 'host', stage_ms: 2.2, head_ms: 0.2 }, { device: 'ada', stage_ms: 1, head_ms: 0 }, { device: 'bob', stage_ms: 5, head_ms: 0 }] } as unknown as PlanJson;
+    const { monitor, requests } = setup(DEFAULT_DRIFT_OPTIONS, plan);
+    // The head itself, whatever it takes, is not judged: its price is the device's estimate, which no re-plan moves.
+    for (let i = 0; i < detectionStep(DEFAULT_DRIFT_OPTIONS); i++) monitor.onStep(step({ hostMs: 6 + 3, firstMs: 6 }));
+    expect(requests).toHaveLength(1);
+    expect(requests[0]).toMatch(/^drift: host's stage \(layers 0-2\) took 6\.00 ms per step, predicted 2\.00 ms/);
+    // Its block time: 6 ms over 2 layers.
+    expect(monitor.blockMs.get('')).toEqual({ blockMs: 3, stepMs: 0 });
+    expect(monitor.status().stages.map((x) => x.name)).toEqual(['host', 'ada', 'bob']);
+    // A host that runs only the head has no blocks to give away: it is not judged.
+    const events = new EventEmitter<SessionHostEvents>();
+    const headOnly: string[] = [];
+    const order = [{ ...ORDER[0]!, end: 0 }, { ...ORDER[1]!, start: 0 }, ORDER[2]!];
+    const m = new DriftMonitor(DEFAULT_DRIFT_OPTIONS, { served: () => ({ order, memberIds: ['id-ada', 'id-bob'], plan, generation: 1 }), request: (r) => headOnly.push(r) }, events);
+    events.emit('serving');
+    for (let i = 0; i < detectionStep(DEFAULT_DRIFT_OPTIONS) + 8; i++) m.onStep(step({ hostMs: 7, firstMs: 0, stageMs: { '0-3': 1, '3-8': 5 } }));
+    expect(headOnly).toEqual([]);
+    expect(m.status().stages.map((x) => x.name)).toEqual(['ada', 'bob']);
   });
 
   it('gives up its move margin when the re-plan it asked for would not change the plan', () => {

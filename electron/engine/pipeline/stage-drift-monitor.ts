@@ -13,8 +13,9 @@
 // re-plans only when its plan changes, and a drift re-plan keeps the division served while its
 // bottleneck stays within the drift threshold of the best (moveMargin); once it has, the host
 // emits `replanned` with reason `drift`, the stage, and predicted against measured ms. The host's
-// own stage is measured but not judged (its time mixes the embedding and the head, which the
-// plan prices separately).
+// stage, when it runs blocks, is judged by its blocks alone (what they computed, not their waits
+// for a turn) against the plan's price for them, its stage_ms less head_ms: the head's cost is an
+// estimate from the device's figures that no re-plan can move, and would blur the verdict.
 // Steps are judged at the start of a request, where the plan prices them: each stage's time less
 // what its request's cached positions add (the plan's position_ms, from the block probe, times the
 // step's position; attention over a 4,000-token cache more than doubles a 1B step), so a long
@@ -104,7 +105,7 @@ export interface DriftStatus {
   blockMs: Record<string, number>;
   /** The ring's measured cost per hop beyond the links' one-way times (median of recent decode steps, at least 0), or null before enough steps. */
   hopMs?: number | null;
-  /** Each member stage of the ring served: predicted ms per token and the median of its recent decode steps. */
+  /** Each stage of the ring served (the host's by its blocks, when it runs any): predicted ms per token and the median of its recent decode steps. */
   stages: Array<{ name: string; start: number; end: number; predictedMs: number; measuredMs: number | null; samples: number }>;
 }
 
@@ -198,7 +199,8 @@ export class DriftMonitor {
     const stageMs: Record<string, number> = {};
     for (const [i, s] of served.order.entries()) {
       const key = `${s.start}-${s.end}`;
-      if (i > 0 && t.stageMs[key] !== undefined) stageMs[key] = atStart(t.stageMs[key], served.plan.stages[i], t.position);
+      const ms = i === 0 ? t.firstMs : t.stageMs[key];
+      if (ms !== undefined) stageMs[key] = atStart(ms, served.plan.stages[i], t.position);
     }
     const drift = this.detector.observe(stageMs);
     if (drift === undefined) return;
@@ -232,7 +234,9 @@ export class DriftMonitor {
       const p = served.plan.stages[i];
       if (p === undefined) continue;
       this.names.set(i === 0 ? '' : served.memberIds[i - 1]!, p.device);
-      if (i > 0) stages.push({ key: `${s.start}-${s.end}`, name: p.device, layers: s.end - s.start, predictedMs: p.stage_ms });
+      // The host's stage is judged by its blocks, when it runs any (a head alone has nothing to move).
+      const predictedMs = i === 0 && p.stage_ms !== null ? p.stage_ms - (p.head_ms ?? 0) : p.stage_ms;
+      if (s.end > s.start) stages.push({ key: `${s.start}-${s.end}`, name: p.device, layers: s.end - s.start, predictedMs });
     }
     this.detector.plan(stages);
   }

@@ -14,6 +14,8 @@ export interface StageJson {
   stage_ms: number | null;
   /** Of stage_ms, the device's fixed part of a step (its probe's step_ms; 0 unmeasured, null in the memory tier), paid once per segment. */
   step_ms: number | null;
+  /** Of stage_ms, the head's part (embedding and output projection; 0 for a stage without the head, null in the memory tier). */
+  head_ms: number | null;
   /** The sessions the stage runs in: more than one when a re-plan grew a member's range in place. */
   segments: number;
   /** What the stage's step adds per position its request has cached (blocks × the device's position_ms; 0 unmeasured, null in the memory tier). stage_ms is at position 0. */
@@ -60,7 +62,7 @@ export function toPlanJson(fleet: Fleet, plan: PlanResult): PlanJson {
   const timed = plan.tier !== 'memory';
   const ms = (x: number): number | null => (timed ? round(x, 3) : null);
   const stages = (d: Division): StageJson[] =>
-    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), step_ms: ms(s.step), segments: s.segments, position_ms: timed ? round(s.position, 6) : null, memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
+    d.stages.map((s) => ({ device: name(s.device), start: s.start, end: s.end, head: s.head, stage_ms: ms(s.cost), step_ms: ms(s.step), head_ms: ms(s.headCost), segments: s.segments, position_ms: timed ? round(s.position, 6) : null, memory_bytes: s.memoryBytes, fetch_bytes: s.fetchBlocks * fleet.model.blockBytes }));
   const division = (d: Division): DivisionJson => ({
     fits: d.fits,
     bottleneck_ms: ms(d.bottleneck),

@@ -111,7 +111,7 @@ describe('planner', () => {
       ['alice-4090', 0, json.stages[0]?.end, true],
       ['bob-m2', json.stages[0]?.end, 64, false],
     ]);
-    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'step_ms', 'segments', 'position_ms', 'memory_bytes', 'fetch_bytes']);
+    expect(Object.keys(json.stages[0] ?? {})).toEqual(['device', 'start', 'end', 'head', 'stage_ms', 'step_ms', 'head_ms', 'segments', 'position_ms', 'memory_bytes', 'fetch_bytes']);
     // Nothing held: every device fetches its whole range.
     expect(json.fetch_bytes).toBe(64 * 292000000);
     expect(json.edges).toEqual([

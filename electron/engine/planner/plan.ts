@@ -37,6 +37,8 @@ export interface StagePlan {
   cost: number;
   /** Of cost, the device's fixed part of a step (DeviceCost.step; 0 outside the time tiers), paid once per segment. */
   step: number;
+  /** Of cost, the head's part (DeviceCost.head; 0 for a stage without it). */
+  headCost: number;
   /** The sessions the stage runs in: more than one when a stage was reshaped or opened split (runtime/stage-segments.ts). */
   segments: number;
   /** The boundaries between those sessions (planner/moves.ts stageCuts). */
@@ -175,7 +177,7 @@ export function evaluate(costs: readonly DeviceCost[], chain: readonly number[],
     const memoryBytes = stageMemoryBytes(c, blocks, head);
     const cuts = stageCuts(runs, device, start, start + blocks);
     const segments = cuts.length + 1;
-    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head, segments), step: c.step ?? 0, segments, cuts, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
+    const stage: StagePlan = { device, start, end: start + blocks, head, cost: stageCost(c, blocks, head, segments), step: c.step ?? 0, headCost: head ? c.head : 0, segments, cuts, position: blocks * (c.position ?? 0), memoryBytes, fits: memoryBytes <= c.memoryBytes + (c.overheadBytes ?? 0), fetchBlocks: fetchBlocks(held, device, start, start + blocks) };
     start += blocks;
     return stage;
   });
