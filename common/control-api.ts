@@ -267,6 +267,8 @@ export const HostRequest = z.strictObject({
   auto_approve: z.boolean().optional(),
   /** How every stage lays out the weights (`kiwi host --weight-layout`): fast requantizes Q4_0 (faster decode, lossy); absent: exact. */
   weight_layout: z.enum(['exact', 'fast']).optional(),
+  /** A small GGUF on this computer, of the model's vocabulary, that drafts for speculative decoding (`kiwi host --draft-model`); the answers stay the model's own. */
+  draft_model: z.string().min(1).max(4096).optional(),
 }).refine((r) => r.model_sha256 === undefined || (r.model_url !== undefined && r.model === undefined), {
   message: 'model_sha256 checks the download of model_url: give it with model_url and without model',
   path: ['model_sha256'],

@@ -1,7 +1,8 @@
 // A first run with nothing to host but what Kiwi ships: a headless host (as the app, given the
 // embedded models/stories260K.gguf as its default) and Chromium clicking "Host the built-in story
-// model" on the start screen; a `kiwi join` member comes in with the code and the session serves
-// it, its plan counting layers from 1.
+// model" on the start screen (with the model itself named as its draft model); a `kiwi join`
+// member comes in with the code and the session serves it, its plan counting layers from 1, and
+// drafts with the draft model.
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -42,8 +43,12 @@ describe('hosting the built-in story model from the start screen', () => {
     await shot(page, '30-builtin-model-offer');
   });
 
-  it('hosts it with one click and serves it once a friend joins', async () => {
+  it('hosts it with one click and serves it once a friend joins, with the draft model the form names', async () => {
     await page.getByLabel('Let in everyone who has the code (no approval)').check();
+    // The story model drafts for itself: same vocabulary, and its guesses are always right.
+    const builtIn = defaultModelPath();
+    if (builtIn === undefined) throw new Error('this checkout has no embedded model (models/stories260K.gguf)');
+    await page.getByLabel('Draft model (optional)').fill(builtIn);
     await page.getByRole('button', { name: 'Host the built-in story model (stories260K)' }).click();
     const code = (await page.getByTestId('session-code').textContent({ timeout: 30_000 })) ?? '';
     expect(code).toMatch(/^\d+-[a-z]+-[a-z]+-[a-z]+$/);
@@ -58,6 +63,10 @@ describe('hosting the built-in story model from the start screen', () => {
     const ranges = cells.map((t) => /^layers? (\d+)(?:–(\d+) \(\d+ layers\))?$/.exec(t)).map((m) => (m === null ? [0, 0] : [Number(m[1]), Number(m[2] ?? m[1])]));
     expect(ranges.sort((a, b) => (a[0] ?? 0) - (b[0] ?? 0)).flatMap(([a = 0, b = 0]) => Array.from({ length: b - a + 1 }, (_, i) => a + i))).toEqual([1, 2, 3, 4, 5]);
     await shot(page, '31-builtin-model-serving');
+    // The ring drafts with it: /health says so.
+    const api = (await page.getByText('Model:').locator('code').nth(1).textContent()) ?? '';
+    const health = (await (await fetch(`${new URL(api).origin}/health`)).json()) as { speculative?: unknown };
+    expect(health.speculative).toMatchObject({ mode: 'auto', drafter: 'draft-model' });
   });
 
   it('threw no uncaught exception in the page', () => {

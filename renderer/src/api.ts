@@ -84,12 +84,13 @@ export const api = {
   status: () => call(SessionStatus, 'GET', '/status'),
   device: () => call(DeviceCard, 'GET', '/device'),
   bench: (refresh: boolean) => call(DeviceCard, 'POST', '/device/bench', { refresh }),
-  /** Hosts a local GGUF file, or downloads `{ url }` into the model cache first and hosts it then; 'built-in': the embedded stories260K. */
-  host: (model: { path: string } | { url: string } | 'built-in', autoApprove: boolean, fastLayout = false) =>
+  /** Hosts a local GGUF file, or downloads `{ url }` into the model cache first and hosts it then; 'built-in': the embedded stories260K. `draftModel`: a small GGUF that drafts for speculative decoding. */
+  host: (model: { path: string } | { url: string } | 'built-in', options: { autoApprove: boolean; fastLayout: boolean; draftModel: string }) =>
     call(SessionStatus, 'POST', '/session/host', {
       ...(model === 'built-in' ? {} : 'path' in model ? { model: model.path } : { model_url: model.url }),
-      auto_approve: autoApprove,
-      ...(fastLayout ? { weight_layout: 'fast' } : {}),
+      auto_approve: options.autoApprove,
+      ...(options.fastLayout ? { weight_layout: 'fast' } : {}),
+      ...(options.draftModel.trim() !== '' ? { draft_model: options.draftModel.trim() } : {}),
     }),
   cancelDownload: () => call(SessionStatus, 'POST', '/session/download/cancel', {}),
   join: (code: string, rendezvous: string | undefined, name?: string, memoryMb?: number, standbyGb?: number) =>

@@ -12,6 +12,7 @@ import { SessionStatus } from '../../../common/control-api.js';
 import { isKiwiError } from '../errors.js';
 import { generateIdentity } from '../session/identity.js';
 import type { ControlEndpoint } from './control-endpoint.js';
+import { testModelPath } from '../model/test-models.js';
 import { createHostNode, ringOptionsFor, type HostNode } from './host-node.js';
 import { createMemberNode } from './member-node.js';
 
@@ -63,6 +64,13 @@ describe('ringOptionsFor', () => {
     expect(ringOptionsFor({ weight_layout: 'exact' }, app)).toBe(app);
     expect(ringOptionsFor({}, undefined)).toEqual({});
   });
+
+  it('gives the ring the request\'s draft model, drafting with k adapted to what pays unless the app chose a mode', () => {
+    const app = { threads: 2 };
+    expect(ringOptionsFor({ draft_model: '/m/draft.gguf' }, app)).toEqual({ threads: 2, draftModel: '/m/draft.gguf', speculative: { kind: 'auto' } });
+    expect(ringOptionsFor({ draft_model: '/m/draft.gguf' }, { speculative: { kind: 'off' } })).toEqual({ draftModel: '/m/draft.gguf', speculative: { kind: 'auto' } });
+    expect(ringOptionsFor({ draft_model: '/m/draft.gguf', weight_layout: 'fast' }, { speculative: { kind: 'fixed', k: 3 } })).toEqual({ draftModel: '/m/draft.gguf', speculative: { kind: 'fixed', k: 3 }, weightLayout: 'fast' });
+  });
 });
 
 describe('createHostNode and createMemberNode', () => {
@@ -87,6 +95,15 @@ describe('createHostNode and createMemberNode', () => {
     const seen: string[] = [];
     const err = await createHostNode({ model: { path: join(runtimeDir, 'missing.gguf') }, onSession: (s) => seen.push(s.code) }).catch((e: unknown) => e);
     expect(isKiwiError(err, 'FILE_NOT_FOUND')).toBe(true);
+    expect(seen).toEqual([]);
+  });
+
+  it('refuses a draft model file that does not exist before a session is opened, as the app asks for it', async () => {
+    const seen: string[] = [];
+    const ring = ringOptionsFor({ draft_model: join(runtimeDir, 'missing-draft.gguf') });
+    const err = await createHostNode({ model: { path: await testModelPath('stories260K.gguf'), ring }, onSession: (s) => seen.push(s.code) }).catch((e: unknown) => e);
+    expect(isKiwiError(err, 'FILE_NOT_FOUND')).toBe(true);
+    expect((err as Error).message).toMatch(/missing-draft\.gguf does not exist\. The draft model must be/);
     expect(seen).toEqual([]);
   });
 

@@ -95,6 +95,8 @@ export async function checkModelFile(path: string, hint: string): Promise<void> 
 export async function createHostNode(opts: HostNodeOptions): Promise<HostNode> {
   // Checked first so that a typo fails before a code is shown to friends.
   if (opts.model !== undefined) await checkModelFile(opts.model.path, 'Pick the path of a GGUF file.');
+  const draftModel = opts.model?.ring?.draftModel;
+  if (draftModel !== undefined) await checkModelFile(draftModel, 'The draft model must be a small GGUF file of the same vocabulary as the model; pick its path, or host without one.');
   const modelFile = opts.model !== undefined ? await ringModelOptions(opts.model.path) : undefined;
   const session = await createHost(opts.session ?? {});
   opts.onSession?.(session);
@@ -226,8 +228,14 @@ export interface RingHostingOptions {
 }
 
 /** The ring's options for a hosting request: the app's, with the request's weight layout. */
-export function ringOptionsFor(req: Pick<HostingRequest, 'weight_layout'>, ring: RingOptions = {}): RingOptions {
-  return req.weight_layout === 'fast' ? { ...ring, weightLayout: 'fast' } : ring;
+export function ringOptionsFor(req: Pick<HostingRequest, 'weight_layout' | 'draft_model'>, ring: RingOptions = {}): RingOptions {
+  if (req.weight_layout !== 'fast' && req.draft_model === undefined) return ring;
+  return {
+    ...ring,
+    ...(req.weight_layout === 'fast' ? { weightLayout: 'fast' as const } : {}),
+    // A draft model drafts with k adapted to what pays, as `kiwi host --draft-model` does unless told otherwise.
+    ...(req.draft_model !== undefined ? { draftModel: req.draft_model, speculative: ring.speculative !== undefined && ring.speculative.kind !== 'off' ? ring.speculative : { kind: 'auto' as const } } : {}),
+  };
 }
 
 /** Hosting from the UI: a host node whose members become the ring, served on /v1 once it forms. */

@@ -277,12 +277,13 @@ describe('control API', () => {
     expect(SessionStatus.parse(await res.json())).toMatchObject({ role: 'host', model: builtIn });
     expect(hosted).toEqual([{ model: builtIn, auto_approve: true }]);
     await call(withDefault, 'POST', '/session/leave');
-    // A model the request names still wins over the default; the app's weight layout setting comes along.
-    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf', weight_layout: 'fast' })).status).toBe(200);
+    // A model the request names still wins over the default; the app's weight layout and draft model settings come along.
+    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf', weight_layout: 'fast', draft_model: '/m/draft.gguf' })).status).toBe(200);
     expect((await status(withDefault)).model).toBe('tiny.gguf');
-    expect(hosted[1]).toEqual({ model: 'tiny.gguf', weight_layout: 'fast' });
+    expect(hosted[1]).toEqual({ model: 'tiny.gguf', weight_layout: 'fast', draft_model: '/m/draft.gguf' });
     await call(withDefault, 'POST', '/session/leave');
     expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf', weight_layout: 'quick' })).status).toBe(400);
+    expect((await call(withDefault, 'POST', '/session/host', { model: 'tiny.gguf', draft_model: '' })).status).toBe(400);
   });
 
   it('shows the host that its code stopped working after too many wrong codes', async () => {

@@ -31,8 +31,9 @@ export function SessionScreen({ status }: { status: SessionStatus }): ReactEleme
   );
 }
 
-/** The host form's weight layout choice, kept for the next session. */
+/** The host form's weight layout choice and draft model, kept for the next session. */
 const FAST_LAYOUT_KEY = 'kiwi.weightLayout';
+const DRAFT_MODEL_KEY = 'kiwi.draftModel';
 
 const isUrl = (text: string): boolean => /^https?:\/\//i.test(text.trim());
 
@@ -42,13 +43,19 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
   const [model, setModel] = useState('');
   const [autoApprove, setAutoApprove] = useState(false);
   const [fastLayout, setFastLayout] = useState(() => localStorage.getItem(FAST_LAYOUT_KEY) === 'fast');
+  const [draftModel, setDraftModel] = useState(() => localStorage.getItem(DRAFT_MODEL_KEY) ?? '');
   const host = useSessionAction(api.host);
   const cancel = useSessionAction(api.cancelDownload);
   const chooseLayout = (fast: boolean): void => {
     setFastLayout(fast);
     localStorage.setItem(FAST_LAYOUT_KEY, fast ? 'fast' : 'exact');
   };
-  const start = (text: string): void => host.mutate([isUrl(text) ? { url: text.trim() } : { path: text.trim() }, autoApprove, fastLayout]);
+  const chooseDraft = (path: string): void => {
+    setDraftModel(path);
+    localStorage.setItem(DRAFT_MODEL_KEY, path);
+  };
+  const options = { autoApprove, fastLayout, draftModel };
+  const start = (text: string): void => host.mutate([isUrl(text) ? { url: text.trim() } : { path: text.trim() }, options]);
   const submit = (e: FormEvent): void => {
     e.preventDefault();
     start(model);
@@ -88,6 +95,12 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
           <input type="checkbox" checked={fastLayout} onChange={(e) => chooseLayout(e.target.checked)} data-testid="fast-layout" />
           Faster answers from Q4_0 models (their weights regrouped: close to the file&apos;s, not bit for bit)
         </label>
+        <label htmlFor={`${id}-draft`}>Draft model (optional)</label>
+        <input
+          id={`${id}-draft`} value={draftModel} onChange={(e) => chooseDraft(e.target.value)} spellCheck={false} data-testid="draft-model"
+          placeholder="/home/you/models/llama-3.2-1b.Q4_0.gguf" aria-describedby={`${id}-draft-hint`}
+        />
+        <span id={`${id}-draft-hint`} className="muted small">A small GGUF file on this computer with the model&apos;s vocabulary (e.g. Llama-3.2-1B for Llama-3.1-8B): it guesses ahead and the ring checks its guesses in one trip, so answers come faster and stay the model&apos;s own.</span>
         <ErrorBanner error={host.error?.message === shown ? null : (host.error as { message: string } | null)} />
         <button type="submit" disabled={host.isPending || model.trim() === ''}>
           {host.isPending ? 'Loading the model…' : isUrl(model) ? 'Download and host' : 'Start hosting'}
@@ -95,7 +108,7 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
       </form>
       <div className="builtin-model">
         <p className="muted small">No model yet? Kiwi comes with a tiny one that continues stories (try &ldquo;Once upon a time&rdquo;); it does not chat.</p>
-        <button type="button" className="secondary" disabled={host.isPending} onClick={() => host.mutate(['built-in', autoApprove, fastLayout])}>
+        <button type="button" className="secondary" disabled={host.isPending} onClick={() => host.mutate(['built-in', options])}>
           Host the built-in story model (stories260K)
         </button>
       </div>
