@@ -88,21 +88,15 @@ describe('a member receiving its weights', () => {
     expect(sent).toEqual([]);
   });
 
-  it('ends a transfer that a re-plan cancelled, and drops its late chunks', async () => {
-    const { receipt, sent } = receiptIn(join(dir, 'cancelled'));
+  it.each([
+    ['a re-plan cancelled', 'cancelled', (r: WeightsReceipt) => r.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.')), 'RING_REPLAN'],
+    ['the member left', 'left', (r: WeightsReceipt) => r.close(new KiwiError('SESSION_ENDED', 'This member left the session.')), 'SESSION_ENDED'],
+  ] as const)('ends a transfer %s: obtain() rejects, its late chunks are dropped', async (_why, folder, end, code) => {
+    const { receipt, sent } = receiptIn(join(dir, folder));
     const got = receipt.obtain(assign, plan);
     await expect.poll(() => sent.length).toBe(1);
-    receipt.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring during the transfer.'));
-    await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'RING_REPLAN'));
-    stream(receipt, plan.spans);
-  });
-
-  it('ends the transfer when the member leaves: obtain() rejects and late chunks are dropped', async () => {
-    const { receipt, sent } = receiptIn(join(dir, 'left'));
-    const got = receipt.obtain(assign, plan);
-    await expect.poll(() => sent.length).toBe(1);
-    receipt.close(new KiwiError('SESSION_ENDED', 'This member left the session.'));
-    await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'SESSION_ENDED'));
+    end(receipt);
+    await expect(got).rejects.toSatisfy((err: unknown) => isKiwiError(err, code));
     stream(receipt, plan.spans);
   });
 
