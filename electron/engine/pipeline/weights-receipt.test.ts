@@ -241,22 +241,36 @@ describe('the host\'s weights plans', () => {
     await expect(plans.next(2)).resolves.toEqual(planOf(2));
   });
 
-  it('waits for the plan of its epoch, dropping plans of other epochs', async () => {
+  it('waits for the plan of its epoch, dropping older plans', async () => {
     const plans = new WeightsPlans();
     plans.put(planOf(1));
     const next = plans.next(2);
-    plans.put(planOf(3));
+    plans.put(planOf(1));
     plans.put(planOf(2));
     await expect(next).resolves.toEqual(planOf(2));
   });
 
-  it('ends the wait of an assignment a newer one replaced, and gives the newer its plan', async () => {
-    const plans = new WeightsPlans();
+  it('gives only the newest assignment its plan: a newer plan or wait ends an older wait, and an older wait comes too late', async () => {
+    const replanned = (err: unknown): boolean => isKiwiError(err, 'RING_REPLAN');
+    // A newer plan while waiting: that assignment was replaced; the plan waits for its own.
+    let plans = new WeightsPlans();
+    const second = plans.next(2);
+    plans.put(planOf(3));
+    await expect(second).rejects.toSatisfy(replanned);
+    await expect(plans.next(3)).resolves.toEqual(planOf(3));
+    // A newer wait ends the older one.
+    plans = new WeightsPlans();
     const older = plans.next(1);
     const newer = plans.next(2);
-    await expect(older).rejects.toSatisfy((err: unknown) => isKiwiError(err, 'RING_REPLAN'));
+    await expect(older).rejects.toSatisfy(replanned);
+    // An older assignment's wait that comes after them ends at once, leaving the newer's plan and wait be.
+    await expect(plans.next(1)).rejects.toSatisfy(replanned);
     plans.put(planOf(2));
     await expect(newer).resolves.toEqual(planOf(2));
+    plans.put(planOf(4));
+    plans.put(planOf(3));
+    await expect(plans.next(3)).rejects.toSatisfy(replanned);
+    await expect(plans.next(4)).resolves.toEqual(planOf(4));
   });
 
   it('ends the wait when the member leaves', async () => {

@@ -215,17 +215,24 @@ export class WeightsReceipt {
   }
 }
 
-/** The host's weights plans, one per assignment epoch: a plan may arrive before or after the member asks for it. */
+/**
+ * The host's weights plans, one per assignment epoch: a plan may arrive before or after the member
+ * asks for it. Only the newest assignment gets one: a wait for an older epoch ends (RING_REPLAN)
+ * once a newer plan or a newer wait comes, and a plan older than the wait is dropped.
+ */
 export class WeightsPlans {
   private pending: WeightsPlan | undefined;
-  private waiter: { take(plan: WeightsPlan): void; cancel(err: KiwiError): void } | undefined;
+  private waiter: { epoch: number; take(plan: WeightsPlan): void; cancel(err: KiwiError): void } | undefined;
 
   constructor(private readonly timeoutMs = 60_000) {}
 
   /** A plan from the host. */
   put(plan: WeightsPlan): void {
-    if (this.waiter !== undefined) this.waiter.take(plan);
-    else this.pending = plan;
+    const w = this.waiter;
+    if (w !== undefined && plan.epoch === w.epoch) return w.take(plan);
+    if ((w !== undefined && plan.epoch < w.epoch) || (this.pending !== undefined && plan.epoch < this.pending.epoch)) return;
+    w?.cancel(replaced());
+    this.pending = plan;
   }
 
   /** Ends the wait in progress, if any (the member is closing): next() rejects with `err`. */
@@ -234,13 +241,13 @@ export class WeightsPlans {
     this.waiter?.cancel(err);
   }
 
-  /** The plan of assignment `epoch` (plans of other epochs are dropped). */
+  /** The plan of assignment `epoch`. */
   next(epoch: number): Promise<WeightsPlan> {
+    if (Math.max(this.pending?.epoch ?? -Infinity, this.waiter?.epoch ?? -Infinity) > epoch) return Promise.reject(replaced());
     const ready = this.pending;
     this.pending = undefined;
     if (ready?.epoch === epoch) return Promise.resolve(ready);
-    // A wait for an earlier epoch's plan ends: that assignment was replaced.
-    this.waiter?.cancel(new KiwiError('RING_REPLAN', 'The host re-planned the ring before it described this member\'s weights.'));
+    this.waiter?.cancel(replaced());
     return new Promise((resolve, reject) => {
       const end = (): void => {
         clearTimeout(timer);
@@ -251,8 +258,8 @@ export class WeightsPlans {
         reject(new KiwiError('SESSION_TIMEOUT', 'The host did not describe this member\'s weights in time.'));
       }, this.timeoutMs);
       const waiter = {
+        epoch,
         take: (plan: WeightsPlan) => {
-          if (plan.epoch !== epoch) return;
           end();
           resolve(plan);
         },
@@ -265,3 +272,5 @@ export class WeightsPlans {
     });
   }
 }
+
+const replaced = (): KiwiError => new KiwiError('RING_REPLAN', 'A newer assignment replaced this one before the host described its weights.');
