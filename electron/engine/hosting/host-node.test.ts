@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { SessionStatus } from '../../../common/control-api.js';
 import { isKiwiError } from '../errors.js';
+import { testModelPath } from '../model/test-models.js';
 import { generateIdentity } from '../session/identity.js';
 import type { ControlEndpoint } from './control-endpoint.js';
-import { testModelPath } from '../model/test-models.js';
 import { createHostNode, ringOptionsFor, type HostNode } from './host-node.js';
 import { createMemberNode } from './member-node.js';
 

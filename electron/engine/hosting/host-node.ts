@@ -227,7 +227,7 @@ export interface RingHostingOptions {
   onError?: (err: KiwiError) => void;
 }
 
-/** The ring's options for a hosting request: the app's, with the request's weight layout. */
+/** The ring's options for a hosting request: the app's, with the request's weight layout and draft model. */
 export function ringOptionsFor(req: Pick<HostingRequest, 'weight_layout' | 'draft_model'>, ring: RingOptions = {}): RingOptions {
   if (req.weight_layout !== 'fast' && req.draft_model === undefined) return ring;
   return {

@@ -99,13 +99,13 @@ export class FlowMeter {
   }
 }
 
-/** A running SessionHost (and the API serving through it) as the control API's hosted session. */
 /** The host's flow sample: its ring's step timings and finished requests, and the steps in flight. */
 export function sampleHostFlow(meter: FlowMeter, s: Pick<SessionHostStatus, 'timing' | 'requests'>, now = Date.now()): boolean {
   const t = s.timing;
   return meter.sample(`${t.steps}|${t.meanRingMs}|${t.meanHostMs}|${s.requests.completed + s.requests.cancelled + s.requests.failed}`, t.inFlight > 0, now);
 }
 
+/** A running SessionHost (and the API serving through it) as the control API's hosted session. */
 export function hostedRing(ring: SessionHost, opts: { model: string; server: OpenAiServer | null; close?: () => Promise<void> }): HostedSession {
   const meter = new FlowMeter();
   // The first sample is the ring as it is now: only later steps count as flowing.

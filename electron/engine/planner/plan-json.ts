@@ -16,7 +16,7 @@ export interface StageJson {
   step_ms: number | null;
   /** Of stage_ms, the head's part (embedding and output projection; 0 for a stage without the head, null in the memory tier). */
   head_ms: number | null;
-  /** The sessions the stage runs in: more than one when a re-plan grew a member's range in place. */
+  /** The sessions the stage runs in: more than one when a re-plan reshaped it or it was split where losing a member would cut it (fault cuts). */
   segments: number;
   /** What the stage's step adds per position its request has cached (blocks × the device's position_ms; 0 unmeasured, null in the memory tier). stage_ms is at position 0. */
   position_ms: number | null;
