@@ -14,6 +14,7 @@ import { loadavg } from 'node:os';
 import { basename, join } from 'node:path';
 import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
+import { median } from '../electron/engine/median.js';
 import { freeCache } from '../electron/engine/runtime/kv-store.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
 import { SegmentedStage, splitAt, type SegmentCaches } from '../electron/engine/runtime/stage-segments.js';
@@ -24,7 +25,6 @@ const ROUNDS = Number(process.env.KIWI_BENCH_ROUNDS ?? 5);
 const STEPS = Number(process.env.KIWI_BENCH_STEPS ?? 48);
 const LAYERS = Number(process.env.KIWI_BENCH_LAYERS ?? 9);
 const PREFILL = 32;
-
 
 const path = await benchModel();
 const file = await openGguf(path);
@@ -67,11 +67,6 @@ async function round(stage: SegmentedStage): Promise<{ prefillMs: number; stepMs
     for (const c of caches) freeCache(c);
   }
 }
-
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 console.log(`${basename(path)}: layers ${range.start}-${range.end}, ${THREADS} threads, ${ROUNDS} alternating rounds of a ${PREFILL}-token prefill and ${STEPS} decode steps (load ${loadavg()[0]!.toFixed(1)})`);
 const results = variants.map((v) => ({ name: v.name, segments: v.stage.segments.length, stepMs: [] as number[], prefillMs: [] as number[], roundStepMs: [] as number[] }));
