@@ -16,13 +16,15 @@
 // mean the host measured over the timed stream (members' compute; the host's own stages).
 // Members run in this file's member mode (below) so that they can advertise their proxy instead of
 // their own listener (MemberSession's `advertise`); they are otherwise what `kiwi join` runs.
-// Model: $KIWI_MODEL, else a `kiwi synth` Llama-family model (8 layers, width 512, Q8_0) written
-// to a temporary directory. Threads per process: $KIWI_BENCH_THREADS (default 1, so three ring
+// Model: $KIWI_MODEL, else a `kiwi synth` model written to a temporary directory: the named shape
+// $KIWI_BENCH_SHAPE in $KIWI_BENCH_QUANT (default q4_0; llama-3.2-1b is a shape whose stage times
+// issue 14's prediction error is judged on), else a small Llama-family model (8 layers, width 512,
+// Q8_0) where a step's fixed costs dominate and the wires and links stand out. Threads per process: $KIWI_BENCH_THREADS (default 1, so three ring
 // processes do not fight over a small machine's cores more than one process does).
 // One process and the first loopback ring run side by side: both stay up and their streams
 // alternate for KIWI_BENCH_ROUNDS rounds (medians, with each round's figures in the JSON), since
 // this machine's speed drifts by a third over minutes and one stream each would compare two moments.
-// Knobs: KIWI_BENCH_TOKENS (64), KIWI_BENCH_ROUNDS (5), KIWI_BENCH_DELAYS (1,10,40), KIWI_BENCH_LOOPBACK (f32,f16,int8,int8+zstd; 0: none).
+// Knobs: KIWI_BENCH_SHAPE, KIWI_BENCH_QUANT (above), KIWI_BENCH_TOKENS (64), KIWI_BENCH_ROUNDS (5), KIWI_BENCH_DELAYS (1,10,40), KIWI_BENCH_LOOPBACK (f32,f16,int8,int8+zstd; 0: none).
 // Run: npx tsx bench/ring.ts   Prints a table and writes bench/results/ring.json.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -61,7 +63,9 @@ async function main(): Promise<void> {
   const { proxies, spawnNode, kiwi, stopAll } = processSet(root, env);
   const model = process.env.KIWI_MODEL ?? join(dir, 'bench-ring.gguf');
   if (process.env.KIWI_MODEL === undefined) {
-    execFileSync(process.execPath, ['--import', 'tsx', 'electron/kiwi.ts', 'synth', '--shape', JSON.stringify(SHAPE), '--quant', 'q8_0', '--out', model, '--json'], { cwd: root, env, stdio: ['ignore', 'ignore', 'ignore'] });
+    const named = process.env.KIWI_BENCH_SHAPE;
+    const synth = named !== undefined ? ['--shape', named, '--quant', process.env.KIWI_BENCH_QUANT ?? 'q4_0'] : ['--shape', JSON.stringify(SHAPE), '--quant', 'q8_0'];
+    execFileSync(process.execPath, ['--import', 'tsx', 'electron/kiwi.ts', 'synth', ...synth, '--out', model, '--json'], { cwd: root, env, stdio: ['ignore', 'ignore', 'ignore'] });
   }
   const modelId = model.split('/').pop()!.replace(/\.gguf$/i, '');
   const file = await openGguf(model);
@@ -335,7 +339,7 @@ async function main(): Promise<void> {
   for (const f of frames) console.log(`${f.encoding.padEnd(24)} ${String(f.decodeBytes).padStart(12)} ${String(f.prefillBytes).padStart(18)}`);
   const out = join(import.meta.dirname, 'results');
   await mkdir(out, { recursive: true });
-  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? SHAPE, tokens: TOKENS, rounds: ROUNDS, threads: THREADS, blockMs: block.blockMs, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
+  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? (process.env.KIWI_BENCH_SHAPE !== undefined ? `${process.env.KIWI_BENCH_SHAPE} ${process.env.KIWI_BENCH_QUANT ?? 'q4_0'}` : SHAPE), tokens: TOKENS, rounds: ROUNDS, threads: THREADS, blockMs: block.blockMs, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
   await rm(dir, { recursive: true, force: true });
 }
 

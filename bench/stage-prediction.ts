@@ -163,7 +163,8 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
       for (const range of opts.ranges(shape.blockCount)) {
         const head = range.head ?? range.end === shape.blockCount;
         log(`building stage [${range.start}, ${range.end})${head ? ' + head' : ''}`);
-        const stage = await Stage.open(file, shape, { ...range, head }, { accuracyLevel: 4, ...(threads !== undefined ? { threads } : {}) });
+        // With the replay inputs, as ring stages open (a plain step runs their one-position dummy row).
+        const stage = await Stage.open(file, shape, { ...range, head }, { accuracyLevel: 4, replayInputs: true, ...(threads !== undefined ? { threads } : {}) });
         stages.push({ range, head, stage, cache: stage.emptyCache(positions), far: await farCache(stage, range.start), samples: [], farSamples: [], steps: 0 });
       }
       for (let i = 0; i < warmupRuns; i++) await probe.pair(i);

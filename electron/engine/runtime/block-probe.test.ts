@@ -23,7 +23,7 @@ describe('block probe', () => {
   test('reads the block shape and weight type of a model (stories260K: f32)', async () => {
     const shape = blockShapeOf(await openGguf(await testModelPath('stories260K.gguf')));
     expect(shape).toEqual({ architecture: 'llama', hidden: 64, feedForward: 172, heads: 8, kvHeads: 4, headDim: 8, qkvBias: false, qkNorm: false, quant: 'f32' });
-    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p3');
+    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p4');
   });
 
   test('splits a step into its fixed part and its block: median of paired differences', () => {

@@ -4,7 +4,12 @@
 // trip, the embedding lookup, feeds and fetches) plus one part per block, so the probe times a
 // one-block and a PROBE_BLOCKS-block stage in alternating single-token decode runs after a warm-up:
 // the block time is the median of the paired differences over the extra blocks, the fixed step
-// time the one-block median less it. The long stage spans several blocks so that the difference
+// time the one-block median less it. Each timed step follows an untimed one of the same stage, as
+// a ring stage's steps follow each other on its own device. Timed right after the other stage, a
+// one-block step paid for its weights and buffers coming back from memory, which priced every
+// stage's fixed part too high: 1B Q4_0 here, a fixed part of 0.7-0.8 ms (one-block step 3.3 ms)
+// against 0.16 ms timed warm (3.0 ms), where real stages of 1-16 blocks fit about 0.3-0.6 ms +
+// n blocks (bench/stage-prediction.ts). The long stage spans several blocks so that the difference
 // is taken where the weights stream from memory: one block of a small model can sit partly in the
 // CPU's last-level cache between runs (1B Q4_0 here: [0, 1) to [0, 2) added 2.3 ms, each later
 // block 3.1-3.5 ms), and a planned stage holds many. The long stage also runs paired steps over a
@@ -135,8 +140,8 @@ export function blockShapeOf(file: GgufFile): BlockShape {
   };
 }
 
-/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part; 3: position_ms). */
-const PROBE_VERSION = 3;
+/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part; 3: position_ms; 4: steps timed warm). */
+const PROBE_VERSION = 4;
 
 /** The cache key of a probe: the same block on the same provider gives the same time. */
 export function blockProbeKey(s: BlockShape, provider: ExecutionProvider | 'auto' = 'auto'): string {
@@ -147,7 +152,7 @@ export function blockProbeKey(s: BlockShape, provider: ExecutionProvider | 'auto
 /** The probe's two stages, open: bench/stage-prediction.ts times them between its own stages. */
 export interface OpenBlockProbe {
   provider: ExecutionProvider;
-  /** Run `i`: one decode step of the one-block and of the long stage (order alternating with i); their ms. */
+  /** Run `i`: one timed decode step of the one-block and of the long stage, each after an untimed one (order alternating with i); their ms. */
   pair(i: number): Promise<[number, number]>;
   /** Run `i`: one decode step of the long stage over a short cache and over one farPositions longer (order alternating with i); their ms. */
   far(i: number): Promise<[number, number]>;
@@ -168,6 +173,8 @@ export async function openBlockProbe(
   const { positions } = opts;
   const farPositions = opts.farPositions ?? PROBE_FAR_POSITIONS;
   const capacity = farPositions + positions;
+  // pair() runs two steps of each stage per call.
+  const pairPositions = 2 * positions;
   const synthShape: SynthShape = {
     name: 'kiwi-block-probe',
     architecture: shape.architecture as SynthShape['architecture'],
@@ -178,7 +185,7 @@ export async function openBlockProbe(
     headDim: shape.headDim,
     feedForwardLength: shape.feedForward,
     vocabSize: PROBE_VOCAB,
-    contextLength: Math.max(capacity, 64),
+    contextLength: Math.max(capacity, pairPositions, 64),
     rmsEps: 1e-5,
     ropeFreqBase: 10000,
     tiedEmbeddings: true,
@@ -197,7 +204,7 @@ export async function openBlockProbe(
     await synthesizeModel({ shape: synthShape, quant, out: path, seed: 1, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
     opts.signal?.throwIfAborted();
     const file = await openGguf(path);
-    const modelShape = await modelShapeFromGguf(file, { maxPositions: capacity });
+    const modelShape = await modelShapeFromGguf(file, { maxPositions: Math.max(capacity, pairPositions) });
     progress(`building the one- and ${PROBE_BLOCKS}-block stages`);
     // Layers [0, 1) and [0, PROBE_BLOCKS) without the head: the embedding is a table lookup outside
     // the graph, so the sessions run exactly their blocks.
@@ -213,7 +220,7 @@ export async function openBlockProbe(
     await dispose();
     throw e;
   }
-  const caches = stages.map((s) => s.emptyCache(positions));
+  const caches = stages.map((s) => s.emptyCache(pairPositions));
   const long = stages[1]!;
   const near = long.emptyCache(positions);
   const farCache = long.emptyCache(capacity);
@@ -247,9 +254,10 @@ export async function openBlockProbe(
     async pair(i) {
       const ids = BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3))));
       const ms: [number, number] = [0, 0];
-      // Alternating order, so a step that follows the other stage's is as often the short as the long one.
+      // Alternating order, so drift over the run falls on both stages alike.
       for (const k of i % 2 === 0 ? [0, 1] : [1, 0]) {
         opts.signal?.throwIfAborted();
+        await stages[k]!.forward({ kind: 'ids', ids, batch: 1, seq: 1 }, [caches[k]!]);
         const t0 = performance.now();
         await stages[k]!.forward({ kind: 'ids', ids, batch: 1, seq: 1 }, [caches[k]!]);
         ms[k] = performance.now() - t0;
