@@ -9,7 +9,7 @@
 //     transport/link-throughput.ts over an encrypted link through a proxy of the same delay (what
 //     each session link measures as it comes up; all links are alike here, so that choice runs as a fixed wire).
 // Next to each measured ms/token: the planner's prediction (circuit_ms of planFleet, with the block
-// probe's block_ms and step_ms on this machine as every device's, the ring links' one-way times (half their RTTs) and, for a
+// probe's block_ms, step_ms and head_ms on this machine as every device's, the ring links' one-way times (half their RTTs) and, for a
 // ring, the per-hop cost beyond those that the host measured from its own decode steps during
 // the warm-up stream (status drift.hop_ms; planner/plan.ts prices it per edge), taken before the
 // timed stream); "no hop" is the same without it. Per ring, each stage's predicted ms against the
@@ -124,7 +124,7 @@ async function main(): Promise<void> {
   // The planner's prediction: every device (all on this machine) at the measured block and step time.
   const block = await measureBlock(blockShapeOf(file), { threads: Number(THREADS), runs: 15 });
   const sizes = modelSizesFromGguf(file);
-  const device = (name: string, hopMs?: number): DeviceSpec => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs, stepMs: block.stepMs, ...(hopMs !== undefined ? { hopMs } : {}) });
+  const device = (name: string, hopMs?: number): DeviceSpec => ({ name, memoryBytes: Math.floor(totalmem() / 3), blockMs: block.blockMs, stepMs: block.stepMs, ...(block.headMs !== undefined ? { headMs: block.headMs } : {}), ...(hopMs !== undefined ? { hopMs } : {}) });
   const predict = (names: string[], rtts: Array<{ a: string; b: string; rttMs: number }>, hopMs?: number): number =>
     planFleet({ model: sizes, context: 4096, concurrency: 1, devices: names.map((name) => device(name, hopMs)), rtts }).circuit;
   /** Every device alike: a stage's predicted ms is the cost model's for its layers (and head). */
@@ -314,7 +314,7 @@ async function main(): Promise<void> {
 
   const load = loadavg().map((l) => l.toFixed(2)).join(' ');
   const base = rows[0]!;
-  console.log(`model ${modelId} (hidden ${hidden}), ${TOKENS} tokens per stream, ${THREADS} thread(s) per process, loopback; block ${block.blockMs.toFixed(3)} ms; load average at the end ${load}; ${wallS.toFixed(0)} s`);
+  console.log(`model ${modelId} (hidden ${hidden}), ${TOKENS} tokens per stream, ${THREADS} thread(s) per process, loopback; block ${block.blockMs.toFixed(3)} ms, head ${block.headMs?.toFixed(3) ?? '-'} ms; load average at the end ${load}; ${wallS.toFixed(0)} s`);
   console.log(`The first two rows ran side by side, alternating, ${ROUNDS} rounds: medians (each round's tok/s in brackets below them).`);
   // x1proc: tok/s of one stream over one process's; 4 vs 1: four streams' aggregate over this row's one stream.
   console.log('case                                            TTFT ms   tok/s  x1proc  ms/tok  predicted  ratio  no hop  hop ms  4 streams tok/s  4 vs 1');
@@ -339,7 +339,7 @@ async function main(): Promise<void> {
   for (const f of frames) console.log(`${f.encoding.padEnd(24)} ${String(f.decodeBytes).padStart(12)} ${String(f.prefillBytes).padStart(18)}`);
   const out = join(import.meta.dirname, 'results');
   await mkdir(out, { recursive: true });
-  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? (process.env.KIWI_BENCH_SHAPE !== undefined ? `${process.env.KIWI_BENCH_SHAPE} ${process.env.KIWI_BENCH_QUANT ?? 'q4_0'}` : SHAPE), tokens: TOKENS, rounds: ROUNDS, threads: THREADS, blockMs: block.blockMs, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
+  await writeFile(join(out, 'ring.json'), `${JSON.stringify({ date: new Date().toISOString(), model: process.env.KIWI_MODEL ?? (process.env.KIWI_BENCH_SHAPE !== undefined ? `${process.env.KIWI_BENCH_SHAPE} ${process.env.KIWI_BENCH_QUANT ?? 'q4_0'}` : SHAPE), tokens: TOKENS, rounds: ROUNDS, threads: THREADS, blockMs: block.blockMs, headMs: block.headMs ?? null, loadavg: load, wallS, rows, frames }, null, 2)}\n`);
   await rm(dir, { recursive: true, force: true });
 }
 

@@ -2,10 +2,10 @@
 // `kiwi synth` model, each layer range is opened as a real stage and its single-token decode step
 // timed (median after warm-up, all stages in interleaved rounds); the prediction comes from
 // deviceCosts() with this machine as the only device, in the bandwidth tier (measured host
-// bandwidth for the blocks and head) and in the measured tier (the per-block probe of `kiwi bench
-// --model`); both take the probe's fixed step time. Each stage is also timed over a cache of
-// PROBE_FAR_POSITIONS positions against the measured tier's price there (stage_ms + position x
-// the stage's position_ms, from the probe's far runs). Used by bench/planner.ts; alone:
+// bandwidth for the blocks and head) and in the measured tier (the probe of `kiwi bench --model`:
+// its block, and its head where it timed one); both take the probe's fixed step time. Each stage
+// is also timed over a cache of PROBE_FAR_POSITIONS positions against the measured tier's price
+// there (stage_ms + position x the stage's position_ms, from the probe's far runs). Used by bench/planner.ts; alone:
 //   npx tsx bench/stage-prediction.ts [--shape llama-3.2-1b] [--quant q4_0] [--model FILE] [--layers 1,2,4,8,16]
 // times [0, n) without the head and [L - n, L) with it for each n, and writes
 // bench/results/stage-prediction-<shape>-<quant>.json.
@@ -21,7 +21,7 @@ import { deviceCosts, stageCost } from '../electron/engine/planner/cost-model.js
 import type { Fleet, ModelSizes } from '../electron/engine/planner/fleet.js';
 import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
 import { modelShapeFromGguf } from '../electron/engine/runtime/decoder-shape.js';
-import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockShapeOf, openBlockProbe, positionTime, splitStepTime } from '../electron/engine/runtime/block-probe.js';
+import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockShapeOf, headTime, openBlockProbe, positionTime, splitStepTime } from '../electron/engine/runtime/block-probe.js';
 import type { LayerRange } from '../electron/engine/runtime/layer-range.js';
 import { Stage } from '../electron/engine/runtime/stage.js';
 import type { KvCache } from '../electron/engine/runtime/kv-store.js';
@@ -78,6 +78,8 @@ export interface StagePrediction {
   probe_step_ms: number;
   /** The probe's price of a cached position per block (its long stage over PROBE_FAR_POSITIONS positions). */
   probe_position_ms: number;
+  /** The probe's head (a one-block stage with and without it); null where it has none (the block time scaled by bytes prices the head). */
+  probe_head_ms: number | null;
   /** GGUF bytes of a block and of the head's reads; the runtime's packed bytes of the same. */
   block_bytes: number;
   head_bytes: number;
@@ -127,11 +129,12 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
     await bandwidth(3);
 
     const positions = warmupRuns + rounds * runsPerRound + 1;
-    // The block probe of `kiwi bench --model` (a one-block and a PROBE_BLOCKS-block stage of the model's block), timed
-    // in the same rounds as the stages so that both see the same load.
+    // The block probe of `kiwi bench --model` (a one-block and a PROBE_BLOCKS-block stage of the model's block, and
+    // the one-block stage with the model's head), timed in the same rounds as the stages so that all see the same load.
     const probe = await openBlockProbe(blockShapeOf(file), { positions, ...(threads !== undefined ? { threads } : {}), onProgress: log });
     const probeSamples: [number[], number[]] = [[], []];
     const positionSamples: [number[], number[]] = [[], []];
+    const headSamples: [number[], number[]] = [[], []];
     const shape = await modelShapeFromGguf(file, { maxPositions: PROBE_FAR_POSITIONS + positions + 8 });
     type Timed = { range: LayerRange; head: boolean; stage: Stage; cache: KvCache; far: KvCache; samples: number[]; farSamples: number[]; steps: number };
     const stages: Timed[] = [];
@@ -169,6 +172,7 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
       }
       for (let i = 0; i < warmupRuns; i++) await probe.pair(i);
       for (let i = 0; i < warmupRuns; i++) await probe.far(i);
+      for (let i = 0; i < warmupRuns; i++) await probe.head?.(i);
       for (const s of stages) for (let i = 0; i < warmupRuns; i++) await step(s);
       for (const s of stages) for (let i = 0; i < warmupRuns; i++) await step(s, s.far);
       // Rounds over all stages in turn, so a burst of load from elsewhere on the machine falls on
@@ -183,6 +187,11 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
           const [near, far] = await probe.far(warmupRuns + r * runsPerRound + i);
           positionSamples[0].push(near);
           positionSamples[1].push(far);
+          const head = await probe.head?.(warmupRuns + r * runsPerRound + i);
+          if (head !== undefined) {
+            headSamples[0].push(head[0]);
+            headSamples[1].push(head[1]);
+          }
         }
         for (const s of stages) for (let i = 0; i < runsPerRound; i++) s.samples.push(await step(s));
         for (const s of stages) for (let i = 0; i < runsPerRound; i++) s.farSamples.push(await step(s, s.far));
@@ -198,15 +207,16 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
     const stepMs = round(split.stepMs);
     const blockMs = round(split.blockMs);
     const positionMs = positionTime(...positionSamples, PROBE_BLOCKS, PROBE_FAR_POSITIONS);
-    const fleet = (measured?: number): Fleet => ({
+    const headMs = headSamples[0].length > 0 ? round(headTime(...headSamples)) : undefined;
+    const fleet = (measured?: { blockMs: number; headMs?: number }): Fleet => ({
       model: sizes,
       context: 256,
       concurrency: 1,
-      devices: [{ name: 'this', memoryBytes: 1e15, bandwidthGBps: gbps, stepMs, ...(measured !== undefined ? { blockMs: measured } : {}) }],
+      devices: [{ name: 'this', memoryBytes: 1e15, bandwidthGBps: gbps, stepMs, ...measured }],
       rtts: [],
     });
     const byBandwidth = deviceCosts(fleet(), 'bandwidth')[0]!;
-    const byProbe = deviceCosts(fleet(blockMs), 'measured')[0]!;
+    const byProbe = deviceCosts(fleet({ blockMs, ...(headMs !== undefined ? { headMs } : {}) }), 'measured')[0]!;
     const rows: StagePredictionRow[] = stages.map((s) => {
       const blocks = s.range.end - s.range.start;
       const measured = median(s.samples);
@@ -245,6 +255,7 @@ export async function measureStagePrediction(opts: StagePredictionOptions): Prom
       probe_one_block_ms: round(median(probeSamples[0])),
       probe_step_ms: stepMs,
       probe_position_ms: round(positionMs, 7),
+      probe_head_ms: headMs ?? null,
       block_bytes: sizes.blockBytes,
       head_bytes: sizes.headBytes,
       block_read_bytes: sizes.blockResidentBytes ?? sizes.blockBytes,
@@ -278,7 +289,7 @@ export function formatStagePrediction(p: StagePrediction): string {
   const line = (cols: string[]): string => cols.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [
     `stage prediction on this machine: ${p.model} ${p.quant}, ${p.provider} (${p.threads} threads), host bandwidth ${p.host_bandwidth_gbps} GB/s (${p.bandwidth_method}), ` +
-      `probe block ${p.probe_block_ms} ms + step ${p.probe_step_ms} ms + ${(p.probe_position_ms * 1000).toFixed(3)} µs a cached position (one-block stage ${p.probe_one_block_ms} ms), load average ${p.load_average.before} → ${p.load_average.after}, median of ${p.runs} runs`,
+      `probe block ${p.probe_block_ms} ms + step ${p.probe_step_ms} ms${p.probe_head_ms !== null ? ` + head ${p.probe_head_ms} ms` : ''} + ${(p.probe_position_ms * 1000).toFixed(3)} µs a cached position (one-block stage ${p.probe_one_block_ms} ms), load average ${p.load_average.before} → ${p.load_average.after}, median of ${p.runs} runs`,
     line(header),
     ...body.map(line),
     `|predicted/measured - 1|: bandwidth tier median ${pct(p.median_abs_error.bandwidth)} (mean ${pct(p.mean_abs_error.bandwidth)}), ` +

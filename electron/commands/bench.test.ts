@@ -45,15 +45,17 @@ describe('kiwi bench', () => {
     const first = await run(['bench', '--model', model, '--json']);
     expect(first.code).toBe(0);
     const result = JSON.parse(first.stdout);
-    // stories260K: llama, 64 wide, 172 ffn, 8 heads (4 kv) of 8, f32 weights.
-    // p4: block_ms is what one more block adds to a step, step_ms the step's fixed part (both timed warm), position_ms what a cached position adds.
-    expect(result.block).toMatchObject({ key: 'llama:e64:f172:h8/4x8:f32:auto:p4', runs: 15, provider: 'cpu' });
+    // stories260K: llama, 64 wide, 172 ffn, 8 heads (4 kv) of 8, f32 weights, an f32 head of 512 rows.
+    // p4: block_ms is what one more block adds to a step, step_ms the step's fixed part (both timed warm), position_ms what a cached position adds, head_ms the head.
+    expect(result.block).toMatchObject({ key: 'llama:e64:f172:h8/4x8:f32:o512f32:auto:p4', runs: 15, provider: 'cpu' });
     expect(result.block.block_ms).toBeGreaterThan(0);
     expect(result.block.step_ms).toBeGreaterThanOrEqual(0);
     expect(result.fleet_device.block_ms).toBe(result.block.block_ms);
     expect(result.fleet_device.step_ms).toBe(result.block.step_ms);
     expect(result.block.position_ms).toBeGreaterThanOrEqual(0);
     expect(result.fleet_device.position_ms).toBe(result.block.position_ms);
+    expect(result.block.head_ms).toBeGreaterThanOrEqual(0);
+    expect(result.fleet_device.head_ms).toBe(result.block.head_ms);
     expect(first.stderr).toMatch(/timing one decoder block of llama:e64/);
     expect(first.stderr).toMatch(/block run 15\/15/);
 

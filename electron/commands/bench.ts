@@ -71,7 +71,8 @@ export async function blockProbeFor(
         ...(signal !== undefined ? { signal } : {}),
         onProgress,
       });
-      return { block_ms: Math.round(r.blockMs * 1000) / 1000, step_ms: Math.round(r.stepMs * 1000) / 1000, position_ms: Math.round(r.positionMs * 1e7) / 1e7, runs: r.runs, provider: r.provider };
+      const ms = (v: number): number => Math.round(v * 1000) / 1000;
+      return { block_ms: ms(r.blockMs), step_ms: ms(r.stepMs), position_ms: Math.round(r.positionMs * 1e7) / 1e7, ...(r.headMs !== undefined ? { head_ms: ms(r.headMs) } : {}), runs: r.runs, provider: r.provider };
     },
   };
 }
@@ -90,7 +91,7 @@ function formatBench(r: DeviceBenchJson): string {
     ],
     ...r.bandwidth.providers.map((p): [string, string] => [`bw ${p.provider}`, `${p.gbps.toFixed(1)} GB/s through the ${p.provider} execution provider`]),
     ...(r.block !== null
-      ? [['block', `${r.block.block_ms} ms per decoder block + ${r.block.step_ms ?? 0} ms per step + ${r.block.position_ms !== undefined ? (r.block.position_ms * 1000).toFixed(2) : '?'} µs per block per cached position (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]]
+      ? [['block', `${r.block.block_ms} ms per decoder block + ${r.block.step_ms ?? 0} ms per step${r.block.head_ms !== undefined ? ` + ${r.block.head_ms} ms for the head` : ''} + ${r.block.position_ms !== undefined ? (r.block.position_ms * 1000).toFixed(2) : '?'} µs per block per cached position (${r.block.provider}, median of ${r.block.runs}; ${r.block.key})`] as [string, string]]
       : []),
     ['huge pages', hugePagesInWords(hugePagesFacts())],
     ['measured', `${r.measured_at}${r.cached ? ' (cached)' : ''}`],

@@ -34,6 +34,8 @@ export interface BlockMeasurement {
   step_ms?: number;
   /** What one block adds to a step per cached position of the request (the probe's position_ms). */
   position_ms?: number;
+  /** What the head (final norm and output projection) adds to a step. */
+  head_ms?: number;
   runs: number;
   provider: string;
 }
@@ -69,7 +71,14 @@ const measurementsSchema = z.strictObject({
   }),
   blocks: z.record(
     z.string(),
-    z.strictObject({ block_ms: z.number().positive(), step_ms: z.number().nonnegative().optional(), position_ms: z.number().nonnegative().optional(), runs: z.number().int().positive(), provider: z.string() }),
+    z.strictObject({
+      block_ms: z.number().positive(),
+      step_ms: z.number().nonnegative().optional(),
+      position_ms: z.number().nonnegative().optional(),
+      head_ms: z.number().nonnegative().optional(),
+      runs: z.number().int().positive(),
+      provider: z.string(),
+    }),
   ),
 });
 
@@ -88,7 +97,7 @@ export interface DeviceBenchJson {
   bandwidth: Measurements['bandwidth'];
   block: (BlockMeasurement & { key: string }) | null;
   /** This machine as a `devices` entry of a fleet file (electron/engine/planner/README.md). */
-  fleet_device: { name: string; memory_bytes: number; bandwidth_gbps: number | null; block_ms: number | null; step_ms?: number; position_ms?: number };
+  fleet_device: { name: string; memory_bytes: number; bandwidth_gbps: number | null; block_ms: number | null; step_ms?: number; position_ms?: number; head_ms?: number };
 }
 
 /** What identifies the hardware: a different CPU, RAM size, GPU set, OS or probe means measure again. */
@@ -210,6 +219,7 @@ export function benchJson(host: HostInfo, m: Measurements, cached: boolean, bloc
       block_ms: block?.block_ms ?? null,
       ...(block?.step_ms !== undefined ? { step_ms: block.step_ms } : {}),
       ...(block?.position_ms !== undefined ? { position_ms: block.position_ms } : {}),
+      ...(block?.head_ms !== undefined ? { head_ms: block.head_ms } : {}),
     },
   };
 }

@@ -20,6 +20,10 @@ describe('the session as a fleet', () => {
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, step_ms: 1.2 } })).toEqual({ memoryBytes: 123, blockMs: 2.5, stepMs: 1.2 });
     // And what a cached position adds (the drift detector judges a step at its position by it).
     expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, step_ms: 1.2, position_ms: 0.001 } })).toMatchObject({ positionMs: 0.001 });
+    // And the head the probe timed (with a block time only: it prices the head in the measured tier).
+    expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, head_ms: 7.5 } })).toMatchObject({ headMs: 7.5 });
+    expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, head_ms: 7.5 } })?.headMs).toBeUndefined();
+    expect(deviceFromCapabilities({ fleet_device: { memory_bytes: 123, block_ms: 2.5, head_ms: -1 } })).toBeUndefined();
     // A --memory-mb budget and a device bench's free memory cover the whole process, runtime included.
     expect(deviceFromCapabilities({ memory_budget_bytes: 123, fleet_device: { memory_bytes: 123 } })).toEqual({ memoryBytes: 123, memoryCoversRuntime: true });
     expect(deviceFromCapabilities({ memory: { total_bytes: 1 }, bandwidth: { host_gbps: 1 }, fleet_device: { memory_bytes: 9 } })?.memoryCoversRuntime).toBe(true);
@@ -29,6 +33,12 @@ describe('the session as a fleet', () => {
   it('a block time the ring measured (a whole step over its blocks) replaces the reported block and step time', () => {
     const { fleet } = sessionFleet(input([{ peer: 0, name: 'host', capabilities: { fleet_device: { memory_bytes: 4 * GB, block_ms: 2, step_ms: 1 } }, blockMs: 3 }]));
     expect(fleet.devices[0]).toMatchObject({ blockMs: 3, stepMs: 0 });
+  });
+
+  it('scales the probe\'s head time by the measured block time against the probe\'s', () => {
+    const caps = { fleet_device: { memory_bytes: 4 * GB, block_ms: 2, step_ms: 1, head_ms: 6 } };
+    const { fleet } = sessionFleet(input([{ peer: 0, name: 'host', capabilities: caps, blockMs: 3, stepMs: 1 }, { peer: 1, name: 'ada', capabilities: caps }]));
+    expect(fleet.devices.map((d) => [d.blockMs, d.headMs])).toEqual([[3, 9], [2, 6]]);
   });
 
   it('keeps the fixed step part the ring measurement kept, and prices the ring\'s measured hop cost on every device', () => {

@@ -33,6 +33,7 @@ const fleetDevice = z.object({
   block_ms: z.number().positive().nullable().optional(),
   step_ms: z.number().nonnegative().nullable().optional(),
   position_ms: z.number().nonnegative().nullable().optional(),
+  head_ms: z.number().nonnegative().nullable().optional(),
 });
 
 /**
@@ -52,7 +53,13 @@ export function deviceFromCapabilities(capabilities: Readonly<Record<string, unk
     ...(r.data.block_ms != null ? { blockMs: r.data.block_ms } : {}),
     ...(r.data.block_ms != null && r.data.step_ms != null ? { stepMs: r.data.step_ms } : {}),
     ...(r.data.block_ms != null && r.data.position_ms != null ? { positionMs: r.data.position_ms } : {}),
+    ...(r.data.block_ms != null && r.data.head_ms != null ? { headMs: r.data.head_ms } : {}),
   };
+}
+
+/** The probe's head time scaled by a measured block time against the probe's, or nothing where either is missing. */
+function measuredHead(spec: Omit<DeviceSpec, 'name'>, blockMs: number): { headMs?: number } {
+  return spec.headMs !== undefined && spec.blockMs !== undefined ? { headMs: spec.headMs * (blockMs / spec.blockMs) } : {};
 }
 
 export interface SessionFleetInput {
@@ -87,8 +94,10 @@ export function sessionFleet(input: SessionFleetInput): { fleet: Fleet; peers: n
       ...spec,
       ...natFromCapabilities(d.capabilities, d.addresses),
       ...(d.memoryBytes !== undefined ? { memoryBytes: Math.min(d.memoryBytes, spec.memoryBytes) } : {}),
-      // The ring's measured block time, with the fixed part of a step it kept (stage-drift-monitor.ts splitMeasured).
-      ...(d.blockMs !== undefined ? { blockMs: d.blockMs, stepMs: d.stepMs ?? 0 } : {}),
+      // The ring's measured block time, with the fixed part of a step it kept (stage-drift-monitor.ts
+      // splitMeasured); the probe's head time scales with it (a device that runs its blocks slower
+      // than it reported runs its head slower alike).
+      ...(d.blockMs !== undefined ? { blockMs: d.blockMs, stepMs: d.stepMs ?? 0, ...measuredHead(spec, d.blockMs) } : {}),
       ...(input.hopMs !== undefined ? { hopMs: input.hopMs } : {}),
       // The host (devices[0]) serves the API as well: its process holds more than a member's runtime.
       ...(i === 0 && spec.memoryCoversRuntime === true ? { servesApi: true } : {}),

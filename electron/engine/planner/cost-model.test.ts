@@ -60,6 +60,14 @@ describe('stage cost', () => {
     expect(stageCost(c, 8, false)).toBe(34);
   });
 
+  test('measured tier: a head the probe timed prices the head instead of the block rate of its bytes', () => {
+    const c = costs({ blockMs: 4, stepMs: 2, headMs: 9 }, 'measured');
+    expect(c.head).toBe(9);
+    expect(stageCost(c, 2, true)).toBe(2 + 8 + 9);
+    // Not in the bandwidth tier, where the device has no probe at all.
+    expect(costs({ bandwidthGBps: 100, headMs: 9 }, 'bandwidth').head).toBeCloseTo(2, 9);
+  });
+
   test('how many blocks fit a time bound leaves room for the fixed step', () => {
     const c = costs({ blockMs: 4, stepMs: 2 }, 'measured');
     expect(costCapacityBlocks(c, false, 34, 16)).toBe(8);

@@ -76,9 +76,10 @@ export function deviceCosts(fleet: Fleet, tier: Tier): DeviceCost[] {
         position = d.positionMs ?? 0;
         if (d.blockMs !== undefined) {
           perBlock = d.blockMs;
-          // The head is the same kind of matmul as the block's: scale the measured block time by
-          // the bytes each reads (a pure bandwidth price would miss the device's compute share).
-          head = d.blockMs * (headRead / blockRead);
+          // The head as the probe timed it; else the same kind of matmul as the block's: the
+          // measured block time scaled by the bytes each reads (a pure bandwidth price would miss
+          // the device's compute share; runtime/block-probe.ts says how far off that came).
+          head = d.headMs ?? d.blockMs * (headRead / blockRead);
         } else {
           const gbps = required(d.bandwidthGBps, d.name, 'bandwidth_gbps');
           // At batch size one a stage reads each weight once per token (Kafila §V-A).

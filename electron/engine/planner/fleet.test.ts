@@ -58,12 +58,13 @@ describe('fleet file', () => {
     const fleet = parseFleetFile({
       model: { ...example.model, block_resident_bytes: 390000000, head_read_bytes: 850000000 },
       context: 128,
-      devices: [{ name: 'solo', memory_bytes: 1e12, block_ms: 3.5, step_ms: 1.25, position_ms: 0.0004 }],
+      devices: [{ name: 'solo', memory_bytes: 1e12, block_ms: 3.5, step_ms: 1.25, position_ms: 0.0004, head_ms: 11.5 }],
     });
-    expect(fleet.devices).toEqual([{ name: 'solo', memoryBytes: 1e12, blockMs: 3.5, stepMs: 1.25, positionMs: 0.0004 }]);
+    expect(fleet.devices).toEqual([{ name: 'solo', memoryBytes: 1e12, blockMs: 3.5, stepMs: 1.25, positionMs: 0.0004, headMs: 11.5 }]);
     expect(fleet.model).toMatchObject({ blockResidentBytes: 390000000, headReadBytes: 850000000 });
     expect(fleetError({ ...example, devices: [{ name: 'x', memory_bytes: 1, step_ms: -1 }] }).message).toMatch(/step_ms/);
     expect(fleetError({ ...example, devices: [{ name: 'x', memory_bytes: 1, position_ms: -1 }] }).message).toMatch(/position_ms/);
+    expect(fleetError({ ...example, devices: [{ name: 'x', memory_bytes: 1, head_ms: -1 }] }).message).toMatch(/head_ms/);
   });
 
   it('accepts a model given as a GGUF path and resolves it with sizes read elsewhere', () => {

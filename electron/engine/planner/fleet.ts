@@ -85,6 +85,8 @@ export interface DeviceSpec {
    * start of a request; the ring judges a step's measured time at its own position with it.
    */
   positionMs?: number;
+  /** Measured time the head (final norm and output projection) adds to a step on this device (with blockMs; absent: the block time scaled by the bytes each reads). */
+  headMs?: number;
   /**
    * Measured cost of one hop out of this device beyond the link's one-way time (ms per token): what a ring
    * step spends between one stage's compute and the next's besides the wire's round trip (encode,
@@ -177,6 +179,7 @@ const deviceSchema = z.strictObject({
   block_ms: positive.nullable().optional(),
   step_ms: z.number().finite().nonnegative().nullable().optional(),
   position_ms: z.number().finite().nonnegative().nullable().optional(),
+  head_ms: z.number().finite().nonnegative().nullable().optional(),
   hop_ms: z.number().finite().nonnegative().nullable().optional(),
   tflops: positive.nullable().optional(),
   nat: z.enum(['permissive', 'restrictive']).nullable().optional(),
@@ -248,6 +251,7 @@ export function parseFleetFile(value: unknown): FleetFile {
     if (d.block_ms != null) out.blockMs = d.block_ms;
     if (d.step_ms != null) out.stepMs = d.step_ms;
     if (d.position_ms != null) out.positionMs = d.position_ms;
+    if (d.head_ms != null) out.headMs = d.head_ms;
     if (d.hop_ms != null) out.hopMs = d.hop_ms;
     if (d.tflops != null) out.tflops = d.tflops;
     if (d.nat != null) out.nat = d.nat;

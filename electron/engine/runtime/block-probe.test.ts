@@ -1,6 +1,7 @@
 // The per-block probe: it takes a model's block shape and main weight type from the GGUF, and
 // times real one-block and PROBE_BLOCKS-block stages of that shape, splitting a step into its
-// fixed part and its per-block part.
+// fixed part and its per-block part, and the one-block stage with the model's head (its vocabulary
+// and projection type) for what the head adds.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,7 +10,7 @@ import { openGguf } from '../model/gguf/gguf-reader.js';
 import { GgmlType } from '../model/gguf/gguf-types.js';
 import { synthesizeModel } from '../model/synth/synth.js';
 import { testModelPath } from '../model/test-models.js';
-import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockProbeKey, blockShapeOf, measureBlock, positionTime, splitStepTime } from './block-probe.js';
+import { PROBE_BLOCKS, PROBE_FAR_POSITIONS, blockProbeKey, blockShapeOf, headTime, measureBlock, positionTime, splitStepTime } from './block-probe.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -22,8 +23,11 @@ afterAll(async () => {
 describe('block probe', () => {
   test('reads the block shape and weight type of a model (stories260K: f32)', async () => {
     const shape = blockShapeOf(await openGguf(await testModelPath('stories260K.gguf')));
-    expect(shape).toEqual({ architecture: 'llama', hidden: 64, feedForward: 172, heads: 8, kvHeads: 4, headDim: 8, qkvBias: false, qkNorm: false, quant: 'f32' });
-    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p4');
+    expect(shape).toEqual({ architecture: 'llama', hidden: 64, feedForward: 172, heads: 8, kvHeads: 4, headDim: 8, qkvBias: false, qkNorm: false, quant: 'f32', head: { vocab: 512, quant: 'f32' } });
+    expect(blockProbeKey(shape, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:o512f32:cpu:p4');
+    // A head type synth cannot write (none here) leaves the head out of the key: it is priced from the block.
+    const { head: _head, ...headless } = shape;
+    expect(blockProbeKey(headless, 'cpu')).toBe('llama:e64:f172:h8/4x8:f32:cpu:p4');
   });
 
   test('splits a step into its fixed part and its block: median of paired differences', () => {
@@ -44,7 +48,13 @@ describe('block probe', () => {
     expect(() => positionTime([1], [2], 4, 0)).toThrow(/paired/);
   });
 
-  test('times a q4_0 qwen2 block (with qkv bias) of a synthetic model and reports the medians of its runs', async () => {
+  test('prices the head as the median paired difference with and without it, at least 0', () => {
+    expect(headTime([3, 3.1, 2.9, 9], [12, 12.1, 11.9, 12])).toBeCloseTo(9, 9);
+    expect(headTime([3, 3], [2.5, 2.9])).toBe(0);
+    expect(() => headTime([1], [])).toThrow(/paired/);
+  });
+
+  test('times a q4_0 qwen2 block (with qkv bias) and its q8_0 head of a synthetic model and reports the medians of its runs', async () => {
     const path = join(dir, 'qwen2-q4_0.gguf');
     await synthesizeModel({
       shape: {
@@ -55,7 +65,8 @@ describe('block probe', () => {
         headCount: 4,
         headCountKv: 2,
         feedForwardLength: 512,
-        vocabSize: 512,
+        // A head many times a block's size, so that what it adds stands out of a loaded machine's noise.
+        vocabSize: 32000,
         contextLength: 256,
         rmsEps: 1e-6,
         ropeFreqBase: 1e6,
@@ -64,10 +75,11 @@ describe('block probe', () => {
         qkNorm: false,
       },
       quant: GgmlType.Q4_0,
+      headType: GgmlType.Q8_0,
       out: path,
     });
     const shape = blockShapeOf(await openGguf(path));
-    expect(shape).toMatchObject({ architecture: 'qwen2', hidden: 256, quant: 'q4_0', qkvBias: true });
+    expect(shape).toMatchObject({ architecture: 'qwen2', hidden: 256, quant: 'q4_0', qkvBias: true, head: { vocab: 32000, quant: 'q8_0' } });
     const progress: string[] = [];
     const r = await measureBlock(shape, { threads: 1, runs: 5, warmupRuns: 1, onProgress: (m) => progress.push(m) });
     expect(r.runs).toBe(5);
@@ -79,6 +91,9 @@ describe('block probe', () => {
     expect(r.stepMs).toBeGreaterThanOrEqual(0);
     expect(r.positionSamplesMs.near).toHaveLength(5);
     expect(r.positionMs).toBe(positionTime(r.positionSamplesMs.near, r.positionSamplesMs.far, PROBE_BLOCKS, PROBE_FAR_POSITIONS));
+    expect(r.headSamplesMs?.with).toHaveLength(5);
+    expect(r.headMs).toBe(headTime(r.headSamplesMs!.without, r.headSamplesMs!.with));
+    expect(r.headMs).toBeGreaterThan(0);
     expect(progress).toContain(`block run 5/5: ${r.samplesMs[4]!.toFixed(2)} ms one block, ${r.longSamplesMs[4]!.toFixed(2)} ms ${PROBE_BLOCKS}`);
   });
 });

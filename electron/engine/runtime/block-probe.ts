@@ -15,9 +15,14 @@
 // block 3.1-3.5 ms), and a planned stage holds many. The long stage also runs paired steps over a
 // cache of PROBE_FAR_POSITIONS positions: what a block adds per cached position (attention reads
 // the cache and GroupQueryAttention copies it into its present: 1B Q4_0 here, about 0.7 µs a
-// position a block, so a 4,000-token request's step costs over twice a fresh one's). The planner's
-// best input (issue 4; planner/cost-model.ts prices a stage as step + n x block + head). Knows
-// nothing of the device bench: the command composes the two.
+// position a block, so a 4,000-token request's step costs over twice a fresh one's). The head
+// (final norm and output projection, at the model's vocabulary and the projection's weight type)
+// is timed the same way, as a one-block stage with and without it: priced from the block time
+// scaled by the bytes each reads, it came out 15-25% high on a 1B model, whose wide projection
+// streams faster per byte than a block's matrices. The probe's stages start after block 0 and take
+// hidden states, so none of them reads the embedding table. The planner's best input (issue 4;
+// planner/cost-model.ts prices a stage as step + n x block + head). Knows nothing of the device
+// bench: the command composes the two.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,7 +36,7 @@ import { SYNTH_QUANTS, synthesizeModel } from '../model/synth/synth.js';
 import type { ModelShape as SynthShape } from '../model/synth/shapes.js';
 import { modelShapeFromGguf } from './decoder-shape.js';
 import type { ExecutionProvider } from '../ort/session.js';
-import { Stage } from './stage.js';
+import { Stage, type StageInput } from './stage.js';
 import type { KvCache } from './kv-store.js';
 import { median } from '../median.js';
 
@@ -55,6 +60,8 @@ export interface BlockProbeResult {
   stepMs: number;
   /** What one block adds to a step per cached position (ms; at least 0): positionTime of the long stage's near and far runs. */
   positionMs: number;
+  /** What the head adds to a step (ms; at least 0): median of (one block + head - one block) run pairs; absent where the probe cannot write the projection's type. */
+  headMs?: number;
   runs: number;
   provider: ExecutionProvider;
   /** Every timed run of the one-block stage, in order. */
@@ -63,6 +70,8 @@ export interface BlockProbeResult {
   longSamplesMs: number[];
   /** The long stage's paired runs over a short cache and over one PROBE_FAR_POSITIONS longer (positionMs). */
   positionSamplesMs: { near: number[]; far: number[] };
+  /** Paired runs of the one-block stage and of it with the head (headMs). */
+  headSamplesMs?: { without: number[]; with: number[] };
 }
 
 /** Blocks of the probe's long stage. */
@@ -89,7 +98,13 @@ export function positionTime(nearMs: readonly number[], farMs: readonly number[]
   return Math.max(0, median(farMs.map((t, i) => t - nearMs[i]!)) / (blocks * gap));
 }
 
-/** What the probe reproduces of a model: the block's dimensions and its main weight type. */
+/** What the head adds to a step: the median paired difference of a one-block stage with and without it, at least 0. */
+export function headTime(withoutMs: readonly number[], withMs: readonly number[]): number {
+  if (withoutMs.length === 0 || withoutMs.length !== withMs.length) throw new Error('headTime: needs paired runs with and without the head');
+  return Math.max(0, median(withMs.map((t, i) => t - withoutMs[i]!)));
+}
+
+/** What the probe reproduces of a model: the block's dimensions and its main weight type, and its head. */
 export interface BlockShape {
   architecture: ModelConfig['architecture'];
   hidden: number;
@@ -101,10 +116,14 @@ export interface BlockShape {
   qkNorm: boolean;
   /** A `kiwi synth` weight type (q4_0, q8_0, ...). */
   quant: string;
+  /** The head's output projection: rows (the vocabulary) and `kiwi synth` weight type; absent where synth cannot write that type (the head is then priced from the block). */
+  head?: { vocab: number; quant: string };
 }
 
-// Vocabulary of the probe file: the synthetic tokenizer's minimum rounded up; the block never sees it.
+// Vocabulary of a probe file without a head to time: the synthetic tokenizer's minimum rounded up.
 const PROBE_VOCAB = 512;
+/** The one type synth names for a ggml type ('q4_k_m' is a mix, not a type). */
+const synthQuantOf = (type: GgmlType): string | undefined => Object.entries(SYNTH_QUANTS).find(([, t]) => t === type)?.[0];
 const BLOCK_MATRICES = ['attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_gate', 'ffn_up', 'ffn_down'];
 
 /**
@@ -121,12 +140,14 @@ export function blockShapeOf(file: GgufFile): BlockShape {
   }
   const main = [...elements].sort((a, b) => b[1] - a[1])[0]?.[0];
   if (main === undefined) throw new KiwiError('MODEL_UNSUPPORTED', `${file.path} has no block 0 matrices to take the probe's shape from`);
-  const quant = Object.entries(SYNTH_QUANTS).find(([, type]) => type === main)?.[0];
+  const quant = synthQuantOf(main);
   if (quant === undefined) {
     throw new KiwiError('MODEL_UNSUPPORTED', `the probe cannot synthesize ${ggmlTypeName(main)} weights; it supports ${Object.keys(SYNTH_QUANTS).join(', ')}`, {
       type: ggmlTypeName(main),
     });
   }
+  const projection = file.tensor('output.weight') ?? file.tensor('token_embd.weight');
+  const headQuant = projection !== undefined ? synthQuantOf(projection.type) : undefined;
   return {
     architecture: c.architecture,
     hidden: c.embeddingLength,
@@ -137,16 +158,18 @@ export function blockShapeOf(file: GgufFile): BlockShape {
     qkvBias: c.qkvBias,
     qkNorm: c.qkNorm,
     quant,
+    ...(headQuant !== undefined ? { head: { vocab: c.vocabSize, quant: headQuant } } : {}),
   };
 }
 
-/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part; 3: position_ms; 4: steps timed warm). */
+/** Bump when the probe's figures change meaning (2: block_ms is the marginal block, step_ms the fixed part; 3: position_ms; 4: steps timed warm, head_ms). */
 const PROBE_VERSION = 4;
 
 /** The cache key of a probe: the same block on the same provider gives the same time. */
 export function blockProbeKey(s: BlockShape, provider: ExecutionProvider | 'auto' = 'auto'): string {
   const extras = `${s.qkvBias ? '+qkvbias' : ''}${s.qkNorm ? '+qknorm' : ''}`;
-  return `${s.architecture}:e${s.hidden}:f${s.feedForward}:h${s.heads}/${s.kvHeads}x${s.headDim}${extras}:${s.quant}:${provider}:p${PROBE_VERSION}`;
+  const head = s.head !== undefined ? `:o${s.head.vocab}${s.head.quant}` : '';
+  return `${s.architecture}:e${s.hidden}:f${s.feedForward}:h${s.heads}/${s.kvHeads}x${s.headDim}${extras}:${s.quant}${head}:${provider}:p${PROBE_VERSION}`;
 }
 
 /** The probe's two stages, open: bench/stage-prediction.ts times them between its own stages. */
@@ -156,12 +179,15 @@ export interface OpenBlockProbe {
   pair(i: number): Promise<[number, number]>;
   /** Run `i`: one decode step of the long stage over a short cache and over one farPositions longer (order alternating with i); their ms. */
   far(i: number): Promise<[number, number]>;
+  /** Run `i`, where the shape has a head: one timed step of the one-block stage and of it with the head, each after an untimed one; their ms. */
+  head?: (i: number) => Promise<[number, number]>;
   dispose(): Promise<void>;
 }
 
 /**
- * Writes the probe's file and opens its one-block and PROBE_BLOCKS-block stages for `positions`
- * decode steps each of pair() and far(), the far cache prefilled with `farPositions` (default PROBE_FAR_POSITIONS).
+ * Writes the probe's file and opens its one-block and PROBE_BLOCKS-block stages (and the one-block
+ * stage with the head) for `positions` decode steps each of pair(), far() and head(), the far cache
+ * prefilled with `farPositions` (default PROBE_FAR_POSITIONS).
  */
 export async function openBlockProbe(
   shape: BlockShape,
@@ -169,22 +195,25 @@ export async function openBlockProbe(
 ): Promise<OpenBlockProbe> {
   const quant = SYNTH_QUANTS[shape.quant];
   if (quant === undefined) throw new KiwiError('USAGE', `unknown probe weight type '${shape.quant}'; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
+  const headType = shape.head !== undefined ? SYNTH_QUANTS[shape.head.quant] : undefined;
+  if (headType === 'q4_k_m') throw new KiwiError('USAGE', "the probe's head takes one weight type, not the q4_k_m mix");
   const progress = opts.onProgress ?? (() => undefined);
   const { positions } = opts;
   const farPositions = opts.farPositions ?? PROBE_FAR_POSITIONS;
   const capacity = farPositions + positions;
-  // pair() runs two steps of each stage per call.
+  // pair() and head() run two steps of each stage per call.
   const pairPositions = 2 * positions;
   const synthShape: SynthShape = {
     name: 'kiwi-block-probe',
     architecture: shape.architecture as SynthShape['architecture'],
-    blockCount: PROBE_BLOCKS,
+    // Block 0 is never run: the stages start at block 1 and take hidden states.
+    blockCount: PROBE_BLOCKS + 1,
     embeddingLength: shape.hidden,
     headCount: shape.heads,
     headCountKv: shape.kvHeads,
     headDim: shape.headDim,
     feedForwardLength: shape.feedForward,
-    vocabSize: PROBE_VOCAB,
+    vocabSize: shape.head?.vocab ?? PROBE_VOCAB,
     contextLength: Math.max(capacity, pairPositions, 64),
     rmsEps: 1e-5,
     ropeFreqBase: 10000,
@@ -200,14 +229,12 @@ export async function openBlockProbe(
   };
   try {
     const path = join(dir, 'block.gguf');
-    progress(`writing a random ${shape.quant} block of the model's shape`);
-    await synthesizeModel({ shape: synthShape, quant, out: path, seed: 1, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
+    progress(`writing a random ${shape.quant} block of the model's shape${shape.head !== undefined ? ` and a ${shape.head.quant} head of ${shape.head.vocab} rows` : ''}`);
+    await synthesizeModel({ shape: synthShape, quant, ...(headType !== undefined ? { headType } : {}), out: path, seed: 1, ...(opts.signal !== undefined ? { signal: opts.signal } : {}) });
     opts.signal?.throwIfAborted();
     const file = await openGguf(path);
     const modelShape = await modelShapeFromGguf(file, { maxPositions: Math.max(capacity, pairPositions) });
-    progress(`building the one- and ${PROBE_BLOCKS}-block stages`);
-    // Layers [0, 1) and [0, PROBE_BLOCKS) without the head: the embedding is a table lookup outside
-    // the graph, so the sessions run exactly their blocks.
+    progress(`building the one- and ${PROBE_BLOCKS}-block stages${shape.head !== undefined ? ' and the one-block stage with the head' : ''}`);
     const stageOpts = {
       ...(opts.provider !== undefined ? { provider: opts.provider } : {}),
       ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
@@ -215,21 +242,30 @@ export async function openBlockProbe(
       // Ring stages have the replay inputs (a re-plan replays in one pass): time the graphs they run.
       replayInputs: true,
     };
-    for (const end of [1, PROBE_BLOCKS]) stages.push(await Stage.open(file, modelShape, { start: 0, end, head: false }, stageOpts));
+    for (const end of [2, PROBE_BLOCKS + 1]) stages.push(await Stage.open(file, modelShape, { start: 1, end, head: false }, stageOpts));
+    if (shape.head !== undefined) stages.push(await Stage.open(file, modelShape, { start: 1, end: 2, head: true }, stageOpts));
   } catch (e) {
     await dispose();
     throw e;
   }
-  const caches = stages.map((s) => s.emptyCache(pairPositions));
+  // Per pairing, its own caches (the one-block stage runs in both).
+  const pairCaches = [stages[0]!.emptyCache(pairPositions), stages[1]!.emptyCache(pairPositions)] as const;
+  const headCaches = stages.length > 2 ? ([stages[0]!.emptyCache(pairPositions), stages[2]!.emptyCache(pairPositions)] as const) : undefined;
   const long = stages[1]!;
   const near = long.emptyCache(positions);
   const farCache = long.emptyCache(capacity);
+  // Decode input: a hidden state of unit scale, a little different each run.
+  const input = (i: number, seq = 1): StageInput => ({
+    kind: 'hidden',
+    hidden: Float32Array.from({ length: seq * shape.hidden }, (_, j) => Math.sin((i + 1) * 12.9898 + j * 78.233)),
+    batch: 1,
+    seq,
+  });
   try {
     progress(`filling a ${farPositions}-position cache`);
     for (let p = 0; p < farPositions; p += 256) {
       opts.signal?.throwIfAborted();
-      const n = Math.min(256, farPositions - p);
-      await long.forward({ kind: 'ids', ids: BigInt64Array.from({ length: n }, (_, j) => BigInt(3 + ((p + j) % (PROBE_VOCAB - 3)))), batch: 1, seq: n }, [farCache]);
+      await long.forward(input(p, Math.min(256, farPositions - p)), [farCache]);
     }
   } catch (e) {
     await dispose();
@@ -238,8 +274,22 @@ export async function openBlockProbe(
   const step = async (cache: KvCache, i: number): Promise<number> => {
     opts.signal?.throwIfAborted();
     const t0 = performance.now();
-    await long.forward({ kind: 'ids', ids: BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3)))), batch: 1, seq: 1 }, [cache]);
+    await long.forward(input(i), [cache]);
     return performance.now() - t0;
+  };
+  /** One timed step of stages a and b (over their caches), each after an untimed one, in an order alternating with i (drift falls on both alike). */
+  const paired = async (a: number, b: number, caches: readonly [KvCache, KvCache], i: number): Promise<[number, number]> => {
+    const x = input(i);
+    const ms: [number, number] = [0, 0];
+    for (const k of i % 2 === 0 ? [0, 1] : [1, 0]) {
+      opts.signal?.throwIfAborted();
+      const stage = stages[k === 0 ? a : b]!;
+      await stage.forward(x, [caches[k]!]);
+      const t0 = performance.now();
+      await stage.forward(x, [caches[k]!]);
+      ms[k] = performance.now() - t0;
+    }
+    return ms;
   };
   return {
     async far(i) {
@@ -251,19 +301,8 @@ export async function openBlockProbe(
       return [await step(near, i), b];
     },
     provider: stages[0]!.provider,
-    async pair(i) {
-      const ids = BigInt64Array.of(BigInt(3 + (i % (PROBE_VOCAB - 3))));
-      const ms: [number, number] = [0, 0];
-      // Alternating order, so drift over the run falls on both stages alike.
-      for (const k of i % 2 === 0 ? [0, 1] : [1, 0]) {
-        opts.signal?.throwIfAborted();
-        await stages[k]!.forward({ kind: 'ids', ids, batch: 1, seq: 1 }, [caches[k]!]);
-        const t0 = performance.now();
-        await stages[k]!.forward({ kind: 'ids', ids, batch: 1, seq: 1 }, [caches[k]!]);
-        ms[k] = performance.now() - t0;
-      }
-      return ms;
-    },
+    pair: (i) => paired(0, 1, pairCaches, i),
+    ...(headCaches !== undefined ? { head: (i: number) => paired(0, 2, headCaches, i) } : {}),
     dispose,
   };
 }
@@ -294,7 +333,19 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
       const done = i - warmupRuns + 1;
       if (done % 5 === 0 || done === runs) progress(`block run ${done}/${runs}: ${one.toFixed(2)} ms one block, ${long.toFixed(2)} ms ${PROBE_BLOCKS}`);
     }
-    return { ...splitStepTime(samples[0], samples[1]), positionMs, runs, provider: probe.provider, samplesMs: samples[0], longSamplesMs: samples[1], positionSamplesMs: position };
+    let head: Pick<BlockProbeResult, 'headMs' | 'headSamplesMs'> = {};
+    if (probe.head !== undefined) {
+      const h = { without: [] as number[], with: [] as number[] };
+      for (let i = 0; i < warmupRuns + runs; i++) {
+        const [without, withHead] = await probe.head(i);
+        if (i < warmupRuns) continue;
+        h.without.push(without);
+        h.with.push(withHead);
+      }
+      head = { headMs: headTime(h.without, h.with), headSamplesMs: h };
+      progress(`head: ${head.headMs!.toFixed(2)} ms (${median(h.with).toFixed(2)} ms one block with it, ${median(h.without).toFixed(2)} without)`);
+    }
+    return { ...splitStepTime(samples[0], samples[1]), positionMs, ...head, runs, provider: probe.provider, samplesMs: samples[0], longSamplesMs: samples[1], positionSamplesMs: position };
   } finally {
     await probe.dispose();
   }

@@ -174,6 +174,15 @@ describe('synthesized models in llama.cpp', () => {
     expect(q.find((x) => x.name === 'blk.0.ffn_down.weight')?.type).toBe(GgmlType.Q4_K);
     expect(q.some((x) => x.name === 'output.weight')).toBe(false);
   });
+
+  it('gives the output projection the head type asked for (the tied embedding where there is no output)', () => {
+    const untied = planTensors(NAMED_SHAPES['llama-3.1-8b']!, GgmlType.Q4_0, GgmlType.Q6_K);
+    expect(untied.find((x) => x.name === 'output.weight')?.type).toBe(GgmlType.Q6_K);
+    expect(untied.find((x) => x.name === 'token_embd.weight')?.type).toBe(GgmlType.Q4_0);
+    expect(untied.find((x) => x.name === 'blk.0.ffn_up.weight')?.type).toBe(GgmlType.Q4_0);
+    const tied = planTensors(NAMED_SHAPES['llama-3.2-1b']!, GgmlType.Q4_0, GgmlType.Q8_0);
+    expect(tied.find((x) => x.name === 'token_embd.weight')?.type).toBe(GgmlType.Q8_0);
+  });
 });
 
 describe('q4_k_m (llama.cpp Q4_K_M mix)', () => {

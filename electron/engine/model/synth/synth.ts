@@ -86,6 +86,8 @@ const CHUNK_BYTES = 4 * 1024 * 1024;
 export interface SynthOptions {
   shape: ModelShape;
   quant: SynthQuant;
+  /** The output projection's type (the token embedding's where tied) instead of quant's; a type synth writes. */
+  headType?: GgmlType;
   out: string;
   seed?: number;
   /** Called after each chunk with bytes written so far and the final file size. */
@@ -106,14 +108,15 @@ interface PlannedTensor extends GgufTensorSpec {
   kind: TensorKind;
 }
 
-/** The llama.cpp tensor list of the shape, in file order. */
-export function planTensors(shape: ModelShape, quant: SynthQuant): PlannedTensor[] {
+/** The llama.cpp tensor list of the shape, in file order; `headType` overrides the output projection's type. */
+export function planTensors(shape: ModelShape, quant: SynthQuant, headType?: GgmlType): PlannedTensor[] {
   const hd = shapeHeadDim(shape);
   const e = shape.embeddingLength;
   const qDim = shape.headCount * hd;
   const kvDim = shape.headCountKv * hd;
   const matrixType = (name: string, ne0: number): GgmlType => {
-    const want = quant === 'q4_k_m' ? q4kmType(name, ne0, shape.blockCount, shape.tiedEmbeddings) : quant;
+    const head = name === 'output.weight' || (shape.tiedEmbeddings && name === 'token_embd.weight');
+    const want = head && headType !== undefined ? headType : quant === 'q4_k_m' ? q4kmType(name, ne0, shape.blockCount, shape.tiedEmbeddings) : quant;
     if (ne0 % ggmlTypeInfo(want).blockSize === 0) return want;
     const fb = FALLBACK[want];
     if (fb !== undefined && ne0 % ggmlTypeInfo(fb).blockSize === 0) return fb;
@@ -229,9 +232,11 @@ class BlockPool {
 }
 
 export async function synthesizeModel(opts: SynthOptions): Promise<SynthResult> {
-  const { shape, quant } = opts;
-  if (!Object.values(SYNTH_QUANTS).includes(quant)) {
-    throw new KiwiError('USAGE', `synth cannot write ${typeof quant === 'string' ? quant : ggmlTypeName(quant)}; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
+  const { shape, quant, headType } = opts;
+  for (const q of headType !== undefined ? [quant, headType] : [quant]) {
+    if (!Object.values(SYNTH_QUANTS).includes(q)) {
+      throw new KiwiError('USAGE', `synth cannot write ${typeof q === 'string' ? q : ggmlTypeName(q)}; use one of ${Object.keys(SYNTH_QUANTS).join(', ')}`);
+    }
   }
   const seed = opts.seed ?? 0;
   const rng = new Prng(seed);
@@ -239,7 +244,7 @@ export async function synthesizeModel(opts: SynthOptions): Promise<SynthResult> 
   for (let i = 0; i < poolValues.length; i++) poolValues[i] = WEIGHT_STD * rng.nextNormal();
   const pool = new BlockPool(poolValues);
 
-  const tensors = planTensors(shape, quant);
+  const tensors = planTensors(shape, quant, headType);
   const partPath = `${opts.out}.part`;
   const writer = await createGgufWriter(partPath, { metadata: metadataFor(shape, quant), tensors });
   const total = writer.layout.fileSize;
