@@ -9,18 +9,20 @@
 //     transport/link-throughput.ts over an encrypted link through a proxy of the same delay (what
 //     each session link measures as it comes up; all links are alike here, so that choice runs as a fixed wire).
 // Next to each measured ms/token: the planner's prediction (circuit_ms of planFleet, with the block
-// probe's block_ms, step_ms and head_ms on this machine as every device's, the ring links' one-way times (half their RTTs) and, for a
-// ring, the per-hop cost beyond those that the host measured from its own decode steps during
-// the warm-up stream (status drift.hop_ms; planner/plan.ts prices it per edge), taken before the
-// timed stream); "no hop" is the same without it. Per ring, each stage's predicted ms against the
-// mean the host measured over the timed stream (members' compute; the host's own stages).
+// probe's block_ms, step_ms and head_ms on this machine as every device's, the ring links' one-way
+// times (half their RTTs) and, for a ring, the per-hop cost beyond those that the host measured
+// from its own decode steps during the warm-up stream (status drift.hop_ms; planner/plan.ts prices
+// it per edge), taken before the timed stream); "no hop" is the same without it. Per ring, each
+// stage's predicted ms against the mean the host measured over the timed stream (members' compute;
+// the host's own stages).
 // Members run in this file's member mode (below) so that they can advertise their proxy instead of
 // their own listener (MemberSession's `advertise`); they are otherwise what `kiwi join` runs.
 // Model: $KIWI_MODEL, else a `kiwi synth` model written to a temporary directory: the named shape
 // $KIWI_BENCH_SHAPE in $KIWI_BENCH_QUANT (default q4_0; llama-3.2-1b is a shape whose stage times
 // issue 14's prediction error is judged on), else a small Llama-family model (8 layers, width 512,
-// Q8_0) where a step's fixed costs dominate and the wires and links stand out. Threads per process: $KIWI_BENCH_THREADS (default 1, so three ring
-// processes do not fight over a small machine's cores more than one process does).
+// Q8_0) where a step's fixed costs dominate and the wires and links stand out. Threads per process:
+// $KIWI_BENCH_THREADS (default 1, so three ring processes do not fight over a small machine's cores
+// more than one process does).
 // One process and the first loopback ring run side by side: both stay up and their streams
 // alternate for KIWI_BENCH_ROUNDS rounds (medians, with each round's figures in the JSON), since
 // this machine's speed drifts by a third over minutes and one stream each would compare two moments.

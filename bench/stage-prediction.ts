@@ -5,7 +5,8 @@
 // bandwidth for the blocks and head) and in the measured tier (the probe of `kiwi bench --model`:
 // its block, and its head where it timed one); both take the probe's fixed step time. Each stage
 // is also timed over a cache of PROBE_FAR_POSITIONS positions against the measured tier's price
-// there (stage_ms + position x the stage's position_ms, from the probe's far runs). Used by bench/planner.ts; alone:
+// there (stage_ms + position x the stage's position_ms, from the probe's far runs). Used by
+// bench/planner.ts; alone:
 //   npx tsx bench/stage-prediction.ts [--shape llama-3.2-1b] [--quant q4_0] [--model FILE] [--layers 1,2,4,8,16]
 // times [0, n) without the head and [L - n, L) with it for each n, and writes
 // bench/results/stage-prediction-<shape>-<quant>.json.

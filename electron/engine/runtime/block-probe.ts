@@ -315,38 +315,33 @@ export async function measureBlock(shape: BlockShape, opts: BlockProbeOptions = 
   const progress = opts.onProgress ?? (() => undefined);
   const probe = await openBlockProbe(shape, { ...opts, positions: warmupRuns + runs + 1 });
   try {
-    const position = { near: [] as number[], far: [] as number[] };
-    for (let i = 0; i < warmupRuns + runs; i++) {
-      const [near, far] = await probe.far(i);
-      if (i < warmupRuns) continue;
-      position.near.push(near);
-      position.far.push(far);
-    }
-    const positionMs = positionTime(position.near, position.far, PROBE_BLOCKS, PROBE_FAR_POSITIONS);
-    progress(`${PROBE_BLOCKS} blocks over ${PROBE_FAR_POSITIONS} cached positions: ${median(position.far).toFixed(2)} ms against ${median(position.near).toFixed(2)} (${(positionMs * 1000).toFixed(3)} µs a position a block)`);
-    const samples: [number[], number[]] = [[], []];
-    for (let i = 0; i < warmupRuns + runs; i++) {
-      const [one, long] = await probe.pair(i);
-      if (i < warmupRuns) continue;
-      samples[0].push(one);
-      samples[1].push(long);
-      const done = i - warmupRuns + 1;
-      if (done % 5 === 0 || done === runs) progress(`block run ${done}/${runs}: ${one.toFixed(2)} ms one block, ${long.toFixed(2)} ms ${PROBE_BLOCKS}`);
-    }
+    const [near, far] = await pairedRuns(probe.far, warmupRuns, runs);
+    const positionMs = positionTime(near, far, PROBE_BLOCKS, PROBE_FAR_POSITIONS);
+    progress(`${PROBE_BLOCKS} blocks over ${PROBE_FAR_POSITIONS} cached positions: ${median(far).toFixed(2)} ms against ${median(near).toFixed(2)} (${(positionMs * 1000).toFixed(3)} µs a position a block)`);
+    const [one, long] = await pairedRuns(probe.pair, warmupRuns, runs, (done, a, b) => {
+      if (done % 5 === 0 || done === runs) progress(`block run ${done}/${runs}: ${a.toFixed(2)} ms one block, ${b.toFixed(2)} ms ${PROBE_BLOCKS}`);
+    });
     let head: Pick<BlockProbeResult, 'headMs' | 'headSamplesMs'> = {};
     if (probe.head !== undefined) {
-      const h = { without: [] as number[], with: [] as number[] };
-      for (let i = 0; i < warmupRuns + runs; i++) {
-        const [without, withHead] = await probe.head(i);
-        if (i < warmupRuns) continue;
-        h.without.push(without);
-        h.with.push(withHead);
-      }
-      head = { headMs: headTime(h.without, h.with), headSamplesMs: h };
-      progress(`head: ${head.headMs!.toFixed(2)} ms (${median(h.with).toFixed(2)} ms one block with it, ${median(h.without).toFixed(2)} without)`);
+      const [without, withHead] = await pairedRuns(probe.head, warmupRuns, runs);
+      head = { headMs: headTime(without, withHead), headSamplesMs: { without, with: withHead } };
+      progress(`head: ${head.headMs!.toFixed(2)} ms (${median(withHead).toFixed(2)} ms one block with it, ${median(without).toFixed(2)} without)`);
     }
-    return { ...splitStepTime(samples[0], samples[1]), positionMs, ...head, runs, provider: probe.provider, samplesMs: samples[0], longSamplesMs: samples[1], positionSamplesMs: position };
+    return { ...splitStepTime(one, long), positionMs, ...head, runs, provider: probe.provider, samplesMs: one, longSamplesMs: long, positionSamplesMs: { near, far } };
   } finally {
     await probe.dispose();
   }
+}
+
+/** `warmupRuns` untimed calls of a paired run, then `runs` timed ones: their results as two lists. */
+async function pairedRuns(run: (i: number) => Promise<[number, number]>, warmupRuns: number, runs: number, onRun?: (done: number, a: number, b: number) => void): Promise<[number[], number[]]> {
+  const out: [number[], number[]] = [[], []];
+  for (let i = 0; i < warmupRuns + runs; i++) {
+    const [a, b] = await run(i);
+    if (i < warmupRuns) continue;
+    out[0].push(a);
+    out[1].push(b);
+    onRun?.(i - warmupRuns + 1, a, b);
+  }
+  return out;
 }
