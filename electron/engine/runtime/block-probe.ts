@@ -273,8 +273,9 @@ export async function openBlockProbe(
   }
   const step = async (cache: KvCache, i: number): Promise<number> => {
     opts.signal?.throwIfAborted();
+    const x = input(i);
     const t0 = performance.now();
-    await long.forward(input(i), [cache]);
+    await long.forward(x, [cache]);
     return performance.now() - t0;
   };
   /** One timed step of stages a and b (over their caches), each after an untimed one, in an order alternating with i (drift falls on both alike). */
