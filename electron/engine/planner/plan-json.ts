@@ -14,7 +14,7 @@ export interface StageJson {
   stage_ms: number | null;
   /** Of stage_ms, the device's fixed part of a step (its probe's step_ms; 0 unmeasured, null in the memory tier), paid once per segment. */
   step_ms: number | null;
-  /** Of stage_ms, the head's part (embedding and output projection; 0 for a stage without the head, null in the memory tier). */
+  /** Of stage_ms, the head's part (final norm and output projection; 0 for a stage without the head, null in the memory tier). */
   head_ms: number | null;
   /** The sessions the stage runs in: more than one when a re-plan reshaped it or it was split where losing a member would cut it (fault cuts). */
   segments: number;

@@ -79,11 +79,17 @@ export const PROBE_BLOCKS = 4;
 /** Cached positions of the long stage's far runs (positionMs). */
 export const PROBE_FAR_POSITIONS = 1024;
 
+/** The median of (b[i] - a[i]) over paired runs; `what` names the pairing in the error for unpaired input. */
+function medianDifference(a: readonly number[], b: readonly number[], what: string): number {
+  if (a.length === 0 || a.length !== b.length) throw new Error(`${what}: needs paired runs`);
+  return median(a.map((t, i) => b[i]! - t));
+}
+
 /** Marginal block time and fixed step time from paired runs of a one-block and a `blocks`-block stage (see the file comment). */
 export function splitStepTime(oneBlockMs: readonly number[], longMs: readonly number[], blocks = PROBE_BLOCKS): { blockMs: number; stepMs: number } {
-  if (oneBlockMs.length === 0 || oneBlockMs.length !== longMs.length || !(blocks >= 2)) throw new Error('splitStepTime: needs paired runs of a one-block and a longer stage');
+  if (!(blocks >= 2)) throw new Error('splitStepTime: needs paired runs of a one-block and a longer stage');
+  const diff = medianDifference(oneBlockMs, longMs, 'splitStepTime') / (blocks - 1);
   const one = median([...oneBlockMs]);
-  const diff = median(oneBlockMs.map((t, i) => longMs[i]! - t)) / (blocks - 1);
   // No positive difference (load from elsewhere swamped it): the whole one-block step stands for the block.
   const blockMs = diff > 0 ? diff : one;
   return { blockMs, stepMs: Math.max(0, one - blockMs) };
@@ -94,14 +100,13 @@ export function splitStepTime(oneBlockMs: readonly number[], longMs: readonly nu
  * cache and over one `gap` positions longer: the median paired difference over blocks × gap, at least 0.
  */
 export function positionTime(nearMs: readonly number[], farMs: readonly number[], blocks: number, gap: number): number {
-  if (nearMs.length === 0 || nearMs.length !== farMs.length || !(blocks >= 1) || !(gap >= 1)) throw new Error('positionTime: needs paired runs over a near and a farther cache');
-  return Math.max(0, median(farMs.map((t, i) => t - nearMs[i]!)) / (blocks * gap));
+  if (!(blocks >= 1) || !(gap >= 1)) throw new Error('positionTime: needs paired runs over a near and a farther cache');
+  return Math.max(0, medianDifference(nearMs, farMs, 'positionTime') / (blocks * gap));
 }
 
 /** What the head adds to a step: the median paired difference of a one-block stage with and without it, at least 0. */
 export function headTime(withoutMs: readonly number[], withMs: readonly number[]): number {
-  if (withoutMs.length === 0 || withoutMs.length !== withMs.length) throw new Error('headTime: needs paired runs with and without the head');
-  return Math.max(0, median(withMs.map((t, i) => t - withoutMs[i]!)));
+  return Math.max(0, medianDifference(withoutMs, withMs, 'headTime'));
 }
 
 /** What the probe reproduces of a model: the block's dimensions and its main weight type, and its head. */
