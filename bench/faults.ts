@@ -22,6 +22,11 @@
 // then goes to faults[-8b]-rebuild-all.json. KIWI_CUT_MIN_MB=off (read by `kiwi host`): stages
 // are never split where losing a member would cut them (pipeline/fault-cuts.ts), so a survivor
 // whose range moves reopens it whole; the JSON then goes to faults[-8b]-no-cuts.json.
+// KIWI_PIPELINED_RECOVERY=0 (read by `kiwi host`): a re-plan serves the new ring only once every
+// stage is open, instead of once every member's weights are in (a member still opening its
+// sessions queues the steps sent to it); the JSON then goes to faults[-8b]-serial.json. With
+// pipelining, a re-plan's time ends when the ring is served, so "after the re-plan" includes the
+// rest of the survivors' session opening.
 // Run: npx tsx bench/faults.ts
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -162,6 +167,19 @@ interface Trial {
   loads: Load[];
   /** Wall time of the stream, ms. */
   streamMs: number;
+  /** The host's plans since the previous trial (members planned in again, then this trial's re-plans): each stage as `device start-end` and its sessions. */
+  plans: string[][];
+}
+
+/** Per ring, how many of the host's events earlier trials have read for their plans. */
+const plansRead = new WeakMap<FaultRing, number>();
+
+/** The host's plans since the last call for `r`, each stage as `device start-end` with its sessions (`x2`). */
+function plansSince(r: FaultRing): string[][] {
+  const events = r.host.events.slice(plansRead.get(r) ?? 0);
+  plansRead.set(r, r.host.events.length);
+  return events.filter((e) => e.event === 'plan').map((e) => (e.stages as Array<{ device: string; start: number; end: number; segments: number }>)
+    .map((s) => `${s.device} ${s.start}-${s.end}${s.segments > 1 ? ` x${s.segments}` : ''}`));
 }
 
 /** The large mode's waits: an 8B ring loads, re-plans and replays in minutes on this machine, not seconds. */
@@ -290,6 +308,7 @@ async function runTrial(r: FaultRing, trial: number, kind: string, want: Map<str
     planFetchBytes,
     loads,
     streamMs: got.endedAt - got.startedAt,
+    plans: plansSince(r),
   };
 }
 
@@ -393,7 +412,7 @@ if (prefill !== undefined) console.log(`kills at the 500th token: after the re-p
 console.log(`re-plans after a fault: ${summary.replans} (median ${summary.recoveryMs.median ?? '-'} ms, max ${summary.recoveryMs.max} ms, ${summary.resumedRequests} requests resumed); members planned in again: ${summary.rejoins.replans} re-plans, ${summary.rejoins.bytesMoved} bytes moved`);
 const out = join(import.meta.dirname, 'results');
 await mkdir(out, { recursive: true });
-const variant = `${process.env.KIWI_KEEP_CACHES === '0' ? '-rebuild-all' : ''}${process.env.KIWI_CUT_MIN_MB === 'off' ? '-no-cuts' : ''}`;
+const variant = `${process.env.KIWI_KEEP_CACHES === '0' ? '-rebuild-all' : ''}${process.env.KIWI_CUT_MIN_MB === 'off' ? '-no-cuts' : ''}${process.env.KIWI_PIPELINED_RECOVERY === '0' ? '-serial' : ''}`;
 await writeFile(join(out, `${LARGE ? 'faults-8b' : 'faults'}${variant}.json`), `${JSON.stringify({ ...summary, rows: trials }, null, 2)}\n`);
 await rm(dir, { recursive: true, force: true });
 process.exit(0);

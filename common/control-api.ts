@@ -91,8 +91,8 @@ export const LinkWire = z.object({
 });
 export type LinkWire = z.infer<typeof LinkWire>;
 
-/** A stage's loading state; `kept`: the member kept its layers through a re-plan. null: planned, not assigned yet. */
-export const StageStateWire = z.enum(['assigned', 'loading', 'ready', 'failed', 'kept']);
+/** A stage's loading state; `opening`: its weights are in and its sessions open; `kept`: the member kept its layers through a re-plan. null: planned, not assigned yet. */
+export const StageStateWire = z.enum(['assigned', 'loading', 'opening', 'ready', 'failed', 'kept']);
 
 /** One stage of the plan: a peer holds layers [start, end) (half-open); `head` holds embedding and output. */
 export const StageWire = z.object({

@@ -272,6 +272,8 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
       // KIWI_KEEP_CACHES=0: a re-plan rebuilds every layer of the live requests (bench/faults compares).
       ...(process.env.KIWI_KEEP_CACHES === '0' ? { keepCaches: false } : {}),
+      // KIWI_PIPELINED_RECOVERY=0: a re-plan serves the new ring only once every stage is open (bench/faults compares).
+      ...(process.env.KIWI_PIPELINED_RECOVERY === '0' ? { pipelinedRecovery: false } : {}),
       // KIWI_CUT_MIN_MB=N|off: split stages where losing a member would cut them only where that spares N MiB (pipeline/fault-cuts.ts; bench/faults compares, tests cut small models).
       ...cutMinOption(process.env.KIWI_CUT_MIN_MB),
     },

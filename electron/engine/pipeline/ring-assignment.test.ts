@@ -131,6 +131,7 @@ describe('kept stages and loaded ones', () => {
   const assigned: StageStatus = { peer: 1, name: 'm1', start: 2, end: 5, head: false, state: 'assigned' };
   it.each<[string, Parameters<typeof stageReported>[1], Partial<StageStatus>]>([
     ['a member that took its assignment loads', { kind: 'assigned', epoch: 1, start: 2, end: 5 }, { state: 'loading' }],
+    ['a member whose weights are in is opening', { kind: 'opening', epoch: 1, source: 'cache', transferredBytes: 0 }, { state: 'opening', source: 'cache', transferredBytes: 0 }],
     ['a member that kept its stage is kept', { kind: 'ready', epoch: 1, source: 'kept', transferredBytes: 0, loadMs: 1 }, { state: 'kept', source: 'kept', transferredBytes: 0 }],
     ['a member that received weights is ready', { kind: 'ready', epoch: 1, source: 'host', transferredBytes: 900, loadMs: 40 }, { state: 'ready', source: 'host', transferredBytes: 900, loadMs: 40 }],
     ['a member that could not load failed', { kind: 'failed', epoch: 1, code: 'X', message: 'disk full' }, { state: 'failed' }],
@@ -139,13 +140,17 @@ describe('kept stages and loaded ones', () => {
     expect(assigned.state).toBe('assigned');
   });
 
-  it('is ready once every stage is ready or kept, and counts only the bytes that moved', () => {
+  it('is ready once every stage is ready or kept, takes steps once every stage is at least opening, and counts only the bytes that moved', () => {
     const s = (peer: number, state: StageStatus['state'], source?: StageStatus['source'], transferredBytes?: number): [number, StageStatus] =>
       [peer, { peer, name: `m${peer}`, start: 0, end: 1, head: false, state, ...(source ? { source } : {}), ...(transferredBytes !== undefined ? { transferredBytes } : {}) }];
     const ready = new Map([s(0, 'kept', 'kept'), s(1, 'ready', 'host', 100), s(2, 'ready', 'url', 20), s(3, 'kept', 'kept', 7), s(4, 'ready', 'cache', 50)]);
-    expect(ringLoad(ready)).toEqual({ failed: undefined, ready: true });
+    expect(ringLoad(ready)).toEqual({ failed: undefined, ready: true, accepting: true });
     expect(bytesMoved(ready)).toBe(120);
-    expect(ringLoad(new Map([s(0, 'ready', 'local'), s(1, 'loading')]))).toEqual({ failed: undefined, ready: false });
+    expect(ringLoad(new Map([s(0, 'ready', 'local'), s(1, 'loading')]))).toEqual({ failed: undefined, ready: false, accepting: false });
+    // A member whose weights are in takes steps while its sessions open; the bytes it received count.
+    const opening = new Map([s(0, 'ready', 'local'), s(1, 'opening', 'host', 30), s(2, 'kept', 'kept')]);
+    expect(ringLoad(opening)).toEqual({ failed: undefined, ready: false, accepting: true });
+    expect(bytesMoved(opening)).toBe(30);
     expect(ringLoad(new Map([s(0, 'ready', 'local'), s(1, 'failed')])).failed?.peer).toBe(1);
   });
 });

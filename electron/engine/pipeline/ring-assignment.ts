@@ -21,8 +21,8 @@ export interface StageStatus {
   start: number;
   end: number;
   head: boolean;
-  /** kept: ready with the stage it already ran (same layers as before the re-plan). */
-  state: 'assigned' | 'loading' | 'ready' | 'kept' | 'failed';
+  /** opening: its weights are in and its stage opens (steps sent to it wait); kept: ready with the stage it already ran (same layers as before the re-plan). */
+  state: 'assigned' | 'loading' | 'opening' | 'ready' | 'kept' | 'failed';
   source?: 'local' | 'cache' | 'url' | 'host-http' | 'host' | 'kept';
   /** How this stage encodes the activations it sends on to the next one. */
   wire?: WireOptions;
@@ -257,13 +257,15 @@ export function hostStageReady(stage: StageStatus, kept: boolean, loaded: { load
   return { ...stage, state: kept ? 'kept' : 'ready', source: kept ? 'kept' : 'local', ...loaded };
 }
 
-type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'ready' | 'failed' }>;
+type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'opening' | 'ready' | 'failed' }>;
 
-/** A member's stage after its report: loading once it took the assignment, ready or kept once loaded, or failed. */
+/** A member's stage after its report: loading once it took the assignment, opening once its weights are in, ready or kept once loaded, or failed. */
 export function stageReported(stage: StageStatus, report: StageReport): StageStatus {
   switch (report.kind) {
     case 'assigned':
       return { ...stage, state: 'loading' };
+    case 'opening':
+      return { ...stage, state: 'opening', source: report.source, transferredBytes: report.transferredBytes };
     case 'ready':
       return { ...stage, state: report.source === 'kept' ? 'kept' : 'ready', source: report.source, transferredBytes: report.transferredBytes, loadMs: report.loadMs };
     case 'failed':
@@ -271,10 +273,14 @@ export function stageReported(stage: StageStatus, report: StageReport): StageSta
   }
 }
 
-/** Whether every stage of the ring being built is ready (or kept), or the first that failed. */
-export function ringLoad(stages: ReadonlyMap<number, StageStatus>): { failed: StageStatus | undefined; ready: boolean } {
+/**
+ * The first stage of the ring being built that failed; whether every stage is ready (or kept);
+ * whether every stage takes steps now: ready, kept or opening (its steps wait for it).
+ */
+export function ringLoad(stages: ReadonlyMap<number, StageStatus>): { failed: StageStatus | undefined; ready: boolean; accepting: boolean } {
   const all = [...stages.values()];
-  return { failed: all.find((s) => s.state === 'failed'), ready: all.every((s) => s.state === 'ready' || s.state === 'kept') };
+  const ready = (s: StageStatus): boolean => s.state === 'ready' || s.state === 'kept';
+  return { failed: all.find((s) => s.state === 'failed'), ready: all.every(ready), accepting: all.every((s) => ready(s) || s.state === 'opening') };
 }
 
 /** Weight bytes members received (from the host or the model's URL) to load their ranges. */

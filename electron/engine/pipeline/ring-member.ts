@@ -40,6 +40,7 @@ import {
 import { checkStepInput, malformedFault, StepError, stepFailed, type StepInput } from './ring-step-input.js';
 import { StandbyKeeper, type StandbyOptions, type StandbyStatus } from './standby-member.js';
 import { layerRanges } from './standby.js';
+import { OpeningGate } from './opening-gate.js';
 import { planBytes, WeightsPlans, WeightsReceipt, type WeightsSource } from './weights-receipt.js';
 import type { WeightsPlan } from './ring-protocol.js';
 
@@ -114,6 +115,8 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   /** This stage's part of the prompt cache (runtime/prefix-cache.ts); a new epoch starts without entries. */
   private prefixes: PrefixKvStore | undefined;
   private queue: Promise<void> = Promise.resolve();
+  /** The assignment whose weights are in while its sessions open: its steps wait for them. */
+  private readonly opening = new OpeningGate<Assign>();
   /** The assignments being loaded (close() waits for them: a load holds sessions until it ends). */
   private readonly loading = new Set<Promise<void>>();
   private readonly weights: WeightsReceipt;
@@ -287,6 +290,15 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
   }
 
   private async onAssign(a: Assign): Promise<void> {
+    try {
+      await this.loadStage(a);
+    } finally {
+      // Opened, failed or replaced: the steps waiting for this stage look again.
+      this.opening.end(a);
+    }
+  }
+
+  private async loadStage(a: Assign): Promise<void> {
     if (a.start >= a.end) throw new KiwiError('RING_PROTOCOL', `The host assigned an empty layer range ${a.start}-${a.end}.`);
     const t0 = performance.now();
     // From now on steps of the old epoch are dropped and a transfer for it ends.
@@ -347,6 +359,10 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
       ({ source, transferredBytes } = obtained);
       transferMs = performance.now() - obtainAt;
       this.loadFraction = 0.9;
+      // The host may serve the ring from now on (a pipelined re-plan): steps that come while the
+      // sessions open wait for them (onRing).
+      this.opening.begin(a);
+      this.send({ kind: 'opening', epoch: a.epoch, source, transferredBytes });
       if (change.kind === 'open') stage = new SegmentedStage(await this.openSegments(a, plan, obtained.file, source, change.ranges) as Stage[]);
       else {
         const [before, after] = await this.openSegments(a, plan, obtained.file, source, [shaped!.before, shaped!.after]);
@@ -488,9 +504,11 @@ export class RingMember extends EventEmitter<RingMemberEvents> {
 
   /** Handles one message of `peer` (the previous stage); never throws what the peer caused. */
   private async onRing(peer: number, link: SecureLink, msg: Uint8Array): Promise<void> {
+    // A pipelined re-plan serves the ring while this stage's sessions open: its steps wait for them.
+    if (this.stage === undefined) await this.opening.wait(this.assignment);
     const a = this.assignment;
     const stage = this.stage;
-    // Nothing of the current epoch arrives before the stage is ready: this is an older ring's traffic.
+    // Nothing of the current epoch arrives before its weights are in: this is an older ring's traffic.
     if (a === undefined || stage === undefined || a.prev !== peer || link.closed) return;
     let input: StepInput | undefined;
     try {

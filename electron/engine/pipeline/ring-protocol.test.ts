@@ -61,6 +61,8 @@ describe('ring protocol', () => {
     expect(code(() => parsePipelineBody(HostToMemberBody, { ...assign, epoch: 0 }))).toBe('RING_PROTOCOL');
     expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 1, source: 'host', transferredBytes: 5, loadMs: 1 }).kind).toBe('ready');
     expect(parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 2, source: 'kept', transferredBytes: 0, loadMs: 1 }).kind).toBe('ready');
+    expect(parsePipelineBody(MemberToHostBody, { kind: 'opening', epoch: 2, source: 'host', transferredBytes: 9 }).kind).toBe('opening');
+    expect(code(() => parsePipelineBody(MemberToHostBody, { kind: 'opening', epoch: 2, source: 'host', transferredBytes: -1 }))).toBe('RING_PROTOCOL');
     expect(code(() => parsePipelineBody(MemberToHostBody, { kind: 'ready', epoch: 1, source: 'somewhere', transferredBytes: 5, loadMs: 1 }))).toBe('RING_PROTOCOL');
     expect(parsePipelineBody(MemberToHostBody, { kind: 'leaving' })).toEqual({ kind: 'leaving' });
     expect(parsePipelineBody(HostToMemberBody, { kind: 'released' })).toEqual({ kind: 'released' });

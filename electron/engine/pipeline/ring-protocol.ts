@@ -6,7 +6,8 @@
 //                  standby-plan (layers to keep on disk beside its range, standby.ts);
 //                  and binary: weights chunks (bytes of the member's tensors when it has no copy of
 //                  the model): u8 kind = 1 | f64 LE offset in the host's GGUF | the bytes
-//   member → host: assigned, weights-request, weights-progress, ready, failed, leaving, memory,
+//   member → host: assigned, weights-request, weights-progress, opening (its weights are in, its
+//                  stage opens: steps sent now wait for it), ready, failed, leaving, memory,
 //                  standby-request, holds (the layers it holds on disk)
 // Every re-plan starts a new ring epoch: steps and events of an older epoch are dropped on arrival.
 // Ring data (inside ring links, neighbour to neighbour), one message each:
@@ -126,19 +127,17 @@ export type HostToMemberBody = z.infer<typeof HostToMemberBody>;
 
 const span = z.strictObject({ offset: z.number().int().nonnegative(), bytes: z.number().int().nonnegative() });
 
+/** Where a member's weights came from: its own file, earlier transfers (cache), the model's URL, the host's HTTP range server, the host's encrypted stream, or its running stage (same range as before). */
+const weightsSource = z.enum(['local', 'cache', 'url', 'host-http', 'host', 'kept']);
+
 export const MemberToHostBody = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('assigned'), epoch, start: layer, end: layer }),
   /** Byte spans of the host's GGUF the member still needs (the header first, then its tensors). */
   z.strictObject({ kind: z.literal('weights-request'), spans: z.array(span).max(8192) }),
   z.strictObject({ kind: z.literal('weights-progress'), receivedBytes: z.number().int().nonnegative(), totalBytes: z.number().int().nonnegative() }),
-  z.strictObject({
-    kind: z.literal('ready'),
-    epoch,
-    /** Where its weights came from: its own file, earlier transfers (cache), the model's URL, the host's HTTP range server, the host's encrypted stream, or its running stage (same range as before). */
-    source: z.enum(['local', 'cache', 'url', 'host-http', 'host', 'kept']),
-    transferredBytes: z.number().int().nonnegative(),
-    loadMs: z.number().nonnegative(),
-  }),
+  /** Its weights are all on disk and its stage opens: steps of this epoch sent from now on wait for it (a re-plan adopts the ring now). */
+  z.strictObject({ kind: z.literal('opening'), epoch, source: weightsSource, transferredBytes: z.number().int().nonnegative() }),
+  z.strictObject({ kind: z.literal('ready'), epoch, source: weightsSource, transferredBytes: z.number().int().nonnegative(), loadMs: z.number().nonnegative() }),
   z.strictObject({ kind: z.literal('failed'), epoch: epoch.optional(), code: z.string().max(64), message: z.string().max(1000) }),
   /** The member wants to stop contributing (pause, quit): the host re-plans without it, then answers `released`. */
   z.strictObject({ kind: z.literal('leaving') }),

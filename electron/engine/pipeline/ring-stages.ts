@@ -8,7 +8,7 @@ import type { MemberToHostBody } from './ring-protocol.js';
 import type { SessionHostEvents } from './session-host-api.js';
 import type { WeightsSender } from './weights-sender.js';
 
-export type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'weights-request' | 'weights-progress' | 'ready' | 'failed' }>;
+export type StageReport = Extract<MemberToHostBody, { kind: 'assigned' | 'weights-request' | 'weights-progress' | 'opening' | 'ready' | 'failed' }>;
 
 export interface RingStagesEvents {
   emit<K extends 'assigned' | 'ready' | 'weights-progress' | 'error'>(event: K, ...args: SessionHostEvents[K]): void;
@@ -57,7 +57,7 @@ export class RingStages {
     const peer = this.memberPeers.get(memberId);
     const stage = peer !== undefined ? this.stages.get(peer) : undefined;
     if (stage === undefined) return false;
-    if ((body.kind === 'assigned' || body.kind === 'ready' || body.kind === 'failed') && body.epoch !== undefined && body.epoch !== epoch) return false;
+    if ((body.kind === 'assigned' || body.kind === 'opening' || body.kind === 'ready' || body.kind === 'failed') && body.epoch !== undefined && body.epoch !== epoch) return false;
     if (body.kind === 'weights-request') {
       void this.weights.send(memberId, body.spans).catch((err: unknown) => {
         // The host's own disk failing (a moved or unreadable model file) ends this transfer, never the host.
@@ -77,7 +77,7 @@ export class RingStages {
       const next = stageReported(stage, body);
       this.stages.set(stage.peer, next);
       if (body.kind === 'failed') this.on.loadFailed(new KiwiError(knownCodeOr(body.code, 'RING_STAGE_FAILED'), `${stage.name} could not load layers ${stage.start}-${stage.end}: ${body.message}`));
-      else this.on.emit(body.kind, { ...next });
+      else if (body.kind !== 'opening') this.on.emit(body.kind, { ...next });
     }
     return true;
   }

@@ -47,6 +47,8 @@ export interface SessionHostOptions {
   speculative?: SpeculativeMode;
   /** After a re-plan, stages that kept a request's caches skip the layers they hold (runtime/stage-keep.ts); default yes, false for comparison. */
   keepCaches?: boolean;
+  /** A re-plan serves the new ring once every member's weights are in, while their sessions still open (steps wait at the member); default yes, false waits for every stage to be ready (for comparison). */
+  pipelinedRecovery?: boolean;
   /** Stages are split where losing a member would cut them only where that spares this many bytes (pipeline/fault-cuts.ts); default CUT_MIN_BYTES. */
   cutMinBytes?: number;
   /** A small model of the same vocabulary that drafts on the host (runtime/draft-model.ts); the ring owns it (closes it). */

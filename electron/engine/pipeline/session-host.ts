@@ -127,7 +127,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       },
       () => this.waits.poke());
     this.weights = new WeightsSender(opts.modelPath, (id, bytes) => session.sendPipelineBytes(id, bytes), () => this.closed);
-    this.stages = new RingStages(this.weights, { emit: this.emit.bind(this), loadFailed: (error) => this.dispatch({ type: 'stage-load-failed', error }) });
+    this.stages = new RingStages(this.weights, { emit: this.emit.bind(this), loadFailed: (error) => this.stageLoadFailed(error) });
     this.gatherView = { session, waits: this.waits, plannableCount: () => this.activeMembers().filter((m) => this.budgets.verdict(m) === 'ok').length };
     this.replans = new ReplanDriver(this.replanHost());
     this.drift = new DriftMonitor(opts.drift ?? DEFAULT_DRIFT_OPTIONS, {
@@ -407,15 +407,20 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     const hostStage = hostStageReady(stages.get(0)!, blocks.kind === 'keep', { loadMs: performance.now() - hostLoadAt, segments: first?.segments.length ?? 0, openedLayers });
     stages.set(0, hostStage);
     this.emit('ready', { ...hostStage });
+    // A re-plan serves the new ring once every member's weights are in: a member still opening its
+    // sessions queues the steps sent to it, so the stages before it rebuild their requests meanwhile
+    // (a load that fails later is a fault of the served ring: stageLoadFailed). The first ring waits
+    // for every stage to be ready.
+    const pipelined = this.ring !== undefined && this.opts.pipelinedRecovery !== false;
     try {
       await this.waits.until(
         () => {
           checkStillHere(this.session, members);
-          const { failed, ready } = ringLoad(stages);
+          const { failed, ready, accepting } = ringLoad(stages);
           if (failed !== undefined) throw this.ringPhase.error ?? new KiwiError('RING_NOT_READY', `${failed.name} could not load layers ${failed.start}-${failed.end}.`);
-          return ready;
+          return pipelined ? accepting : ready;
         },
-        'every member to load its layers',
+        pipelined ? 'every member to receive its layers' : 'every member to load its layers',
         this.opts.readyTimeoutMs ?? 600_000,
         signal,
       );
@@ -435,6 +440,18 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       onTiming: (t) => this.drift.onStep(t),
     });
     return { epoch, generation: (this.ring?.generation ?? 0) + 1, order, memberIds, first, engine };
+  }
+
+  /**
+   * A member could not load its stage. While the ring is being built, its wait throws the error; once
+   * served (a pipelined re-plan adopts it while stages still open) it is a fault: the ring is
+   * re-planned without that member.
+   */
+  private stageLoadFailed(error: KiwiError): void {
+    this.dispatch({ type: 'stage-load-failed', error });
+    if (this.ring?.epoch !== this.epoch) return;
+    for (const id of this.stages.failedMembers()) this.replans.failedLoads.add(id);
+    this.replans.request(error.message, true);
   }
 
   /** Members that asked to leave and are not among `inRing` may go. */
