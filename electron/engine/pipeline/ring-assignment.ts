@@ -108,6 +108,12 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     const m = input.measuredBlockMs?.get(id);
     return m !== undefined ? { blockMs: m.blockMs, stepMs: m.stepMs } : {};
   };
+  // After a loss the survivors' segments may be kept at the price of one more block on the bottleneck
+  // stage, where that spares what a fault cut must (fault-cuts.ts: about 1-1.5 s of reopening). Not
+  // in the plans fault cuts are chosen against: the cuts serve the plan within the margin, which
+  // the real re-plan keeps even where measured times have since moved the fastest one by a block.
+  const lost = input.everyCut !== true && serving !== undefined && serving.memberIds.some((id) => !input.members.some((m) => m.memberId === id));
+  const reopenSlackBlocks = Math.max(1, Math.ceil((input.cutMinBytes ?? CUT_MIN_BYTES) / (input.model.blockResidentBytes ?? input.model.blockBytes)));
   const { plan, stages } = planRing({
     model: input.model,
     context: input.context,
@@ -123,6 +129,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
     links: input.links,
     ...(input.measuredHopMs !== undefined ? { hopMs: input.measuredHopMs } : {}),
     ...(input.moveMargin !== undefined ? { moveMargin: input.moveMargin } : {}),
+    ...(lost && Number.isFinite(reopenSlackBlocks) ? { reopenSlackBlocks } : {}),
   });
   if (input.everyCut === true) return { plan, order: stages };
   // What each stage runs now, as the host and members will compare it with the plan (stageChange).

@@ -5,7 +5,7 @@
 // processes on loopback; the streamed text stays exactly the text without failure.
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { crampedRing, generateReference, memberLoads, streamCompletion, synthModel } from '../test-support/fault-ring.js';
+import { crampedRing, generateReference, memberLoads, servingAllReady, streamCompletion, synthModel } from '../test-support/fault-ring.js';
 import { isolatedCacheDir, ProcessSet } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
@@ -30,13 +30,16 @@ describe('stages split where a re-plan would cut them (real processes on loopbac
     expect(planned.some((s) => s.segments > 1), `the plan cut a stage\n${JSON.stringify(planned)}`).toBe(true);
 
     const before = await ring.status();
-    const victim = before.stages.filter((s) => s.peer !== 0).sort((a, b) => a.start - b.start)[1]!.name;
+    // The first member goes: the host can take one block of its range at most, so the next member's
+    // range must move back over its end (a re-plan may give up a block to let survivors only grow,
+    // planner/plan.ts reopenSlackBlocks, but not here).
+    const victim = before.stages.filter((s) => s.peer !== 0).sort((a, b) => a.start - b.start)[0]!.name;
     const got = await streamCompletion(ring.url, { model: 'cuts12', prompt: 'hello world', maxTokens: 48 }, (i) => {
       if (i === 10) ring.signal(victim, 'SIGKILL');
     }, { stallMs: 40_000 });
     expect(got.error, ring.logs()).toBeUndefined();
     expect(got.text, ring.logs()).toBe((await want).text);
-    await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
+    await ring.waitStatus((s) => servingAllReady(s) && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
 
     // Each survivor that loaded again opened only the layers outside the segments it kept.
     let shifted = 0;

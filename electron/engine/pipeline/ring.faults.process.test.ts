@@ -13,7 +13,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openGguf } from '../model/gguf/gguf-reader.js';
 import { testModelPath } from '../model/test-models.js';
 import { modelSizesFromGguf } from '../planner/model-sizes.js';
-import { FaultRing, firstDifference, generateReference, streamCompletion as streamRaw, summarize, synthModel, type FaultMember, type FaultRingOptions, type HostStatus, type StreamResult } from '../test-support/fault-ring.js';
+import { FaultRing, firstDifference, generateReference, servingAllReady, streamCompletion as streamRaw, summarize, synthModel, type FaultMember, type FaultRingOptions, type HostStatus, type StreamResult } from '../test-support/fault-ring.js';
 import { askStatus, isolatedCacheDir, ProcessSet, until, waitEvent } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
@@ -68,7 +68,7 @@ function expectIdentical(ring: FaultRing, got: StreamResult, want: string, kille
 
 /** Waits until the host serves again after `count` completed recoveries. */
 async function recovered(ring: FaultRing, count: number): Promise<HostStatus> {
-  return ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) >= count, `${count} recoveries and the ring serving again`, 60_000, 250);
+  return ring.waitStatus((s) => servingAllReady(s) && (s.recoveries?.length ?? 0) >= count, `${count} recoveries and the ring serving again`, 60_000, 250);
 }
 
 describe('a ring of real processes whose members die, leave and come back (loopback)', () => {

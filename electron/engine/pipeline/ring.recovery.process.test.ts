@@ -88,7 +88,7 @@ describe('recovery when members go (real processes on loopback)', () => {
     const bobId = ring.host.events.find((e) => e.event === 'member-joined' && e.name === 'bob')!.member_id as string;
     const replans = ring.host.events.filter((e) => e.event === 'recovered').length;
     const model2 = await testModelPath('stories260K.gguf');
-    const back = procs.kiwi('join', ring.code, '--rendezvous', ring.rendezvous, '--name', 'bob', '--member-id', bobId, '--model', model2, '--json');
+    const back = procs.kiwi('join', ring.code, '--rendezvous', ring.rendezvous, '--name', 'bob', `--member-id=${bobId}`, '--model', model2, '--json');
     ring.members.set('bob again', back);
     await waitEvent(back, (e) => e.event === 'joined', 'bob to rejoin');
     const during = stream(ring.url, prompt, 200);
@@ -106,6 +106,7 @@ describe('recovery when members go (real processes on loopback)', () => {
     const prompt = 'Once upon a time, there was a little girl named Lily.';
     const reference = await stream(ring.url, prompt, 120);
     const adaId = ring.host.events.find((e) => e.event === 'member-joined' && e.name === 'ada')!.member_id as string;
+    // Member ids are base64url and may start with '-': given as --member-id=ID, never read as a flag.
     const ada = ring.members.get('ada')!;
 
     // ada dies mid-stream; nobody is left, so the stream waits, and continues exactly once she is back.
@@ -116,7 +117,7 @@ describe('recovery when members go (real processes on loopback)', () => {
     const health = (await (await fetch(ring.url.replace(/\/v1$/, '/health'))).json()) as { ring: { phase: string; waiting_until?: string } };
     expect(health.ring.phase).toBe('waiting');
     expect(health.ring.waiting_until).toBeDefined();
-    ring.members.set('ada again', procs.kiwi('join', ring.code, '--rendezvous', ring.rendezvous, '--name', 'ada', '--member-id', adaId, '--model', model, '--json'));
+    ring.members.set('ada again', procs.kiwi('join', ring.code, '--rendezvous', ring.rendezvous, '--name', 'ada', `--member-id=${adaId}`, '--model', model, '--json'));
     expect(await waiting).toBe(reference);
 
     // Killed again, and nobody returns within --recovery-timeout: the request fails with a clear 503.

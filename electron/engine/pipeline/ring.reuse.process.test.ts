@@ -10,7 +10,7 @@ import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openGguf, type GgufFile } from '../model/gguf/gguf-reader.js';
-import { crampedRing, generateReference, memberLoads, streamCompletion, synthModel } from '../test-support/fault-ring.js';
+import { crampedRing, generateReference, memberLoads, servingAllReady, streamCompletion, synthModel } from '../test-support/fault-ring.js';
 import { isolatedCacheDir, ProcessSet } from '../test-support/processes.js';
 import { diskBytesOf } from '../runtime/shard-cache.js';
 import { stageTensorNames } from './member-weights.js';
@@ -74,7 +74,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     expect(got.error, ring.logs()).toBeUndefined();
     expect(got.text, ring.logs()).toBe((await want).text);
 
-    const after = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
+    const after = await ring.waitStatus((s) => servingAllReady(s) && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
     let moved = 0;
     let grown = 0;
     let grownInPlace = 0;
@@ -132,7 +132,7 @@ describe('a re-plan moves only the layers members lack (real processes on loopba
     const loadsBack = new Map(survivors.map((n) => [n, memberLoads(ring.member(n).events).length]));
     const plansBefore = ring.hostEvents('plan').length;
     ring.signal(second, 'SIGKILL');
-    const last = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) > recoveriesBack, 'the ring serving after the second kill', 60_000, 250);
+    const last = await ring.waitStatus((s) => servingAllReady(s) && (s.recoveries?.length ?? 0) > recoveriesBack, 'the ring serving after the second kill', 60_000, 250);
     const plan = ring.hostEvents('plan').at(-1)!;
     expect(ring.hostEvents('plan').length).toBeGreaterThan(plansBefore);
     let planned = 0;

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { openGguf } from '../model/gguf/gguf-reader.js';
 import { modelSizesFromGguf } from '../planner/model-sizes.js';
-import { FaultRing, generateReference, stallAfter, streamCompletion, synthModel } from '../test-support/fault-ring.js';
+import { FaultRing, generateReference, servingAllReady, stallAfter, streamCompletion, synthModel } from '../test-support/fault-ring.js';
 import { isolatedCacheDir, ProcessSet, waitEvent, type Event } from '../test-support/processes.js';
 
 const procs = new ProcessSet();
@@ -63,7 +63,7 @@ describe('standby layers (real processes on loopback)', () => {
       expect(got.error, ring.logs()).toBeUndefined();
       expect(got.text, ring.logs()).toBe((await want).text);
 
-      const after = await ring.waitStatus((s) => s.phase === 'serving' && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
+      const after = await ring.waitStatus((s) => servingAllReady(s) && (s.recoveries?.length ?? 0) >= 1, 'the ring serving again', 60_000, 250);
       const stage = after.stages.find((s) => s.name === survivor)!;
       // The survivor's range now covers layers the victim ran.
       const victimRange = ranges[0]!;

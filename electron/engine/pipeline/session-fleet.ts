@@ -75,6 +75,8 @@ export interface SessionFleetInput {
   hopMs?: number;
   /** The share of the bottleneck a re-plan may give up to keep what devices hold (planner PlanOptions.moveMargin). */
   moveMargin?: number;
+  /** After a loss: the blocks of reopening one more block on the bottleneck stage must spare (planner PlanOptions.reopenSlackBlocks). */
+  reopenSlackBlocks?: number;
 }
 
 /** The fleet and, per fleet device index, the session peer it stands for. Names are made unique. */
@@ -136,7 +138,7 @@ export interface RingStage {
 export function planRing(input: SessionFleetInput): { plan: PlanJson; stages: RingStage[] } {
   const { fleet, peers } = sessionFleet(input);
   const hostName = fleet.devices[0]!.name;
-  const result = planFleet(fleet, { currentHead: hostName, anchorMargin: Number.POSITIVE_INFINITY, ...(input.moveMargin !== undefined ? { moveMargin: input.moveMargin } : {}) });
+  const result = planFleet(fleet, { currentHead: hostName, anchorMargin: Number.POSITIVE_INFINITY, ...(input.moveMargin !== undefined ? { moveMargin: input.moveMargin } : {}), ...(input.reopenSlackBlocks !== undefined ? { reopenSlackBlocks: input.reopenSlackBlocks } : {}) });
   if (result.head !== 0) {
     throw new KiwiError(
       'PLAN_INSUFFICIENT_MEMORY',

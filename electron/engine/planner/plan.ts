@@ -25,6 +25,14 @@ export interface PlanOptions {
    * moves only among equals).
    */
   moveMargin?: number;
+  /**
+   * A re-plan after a loss may also give up one block on its bottleneck stage beyond moveMargin,
+   * where that reopens at least this many blocks fewer in all (absent: never). Layers come whole:
+   * at 11 blocks a stage one block is 9%, so the division that keeps the survivors' segments is
+   * often just outside a 5% margin, and the fastest one reopens them whole, dropping their caches
+   * too: seconds of recovery (bench/faults) for a stage one block slower until the next re-plan.
+   */
+  reopenSlackBlocks?: number;
 }
 
 export interface StagePlan {
@@ -135,6 +143,11 @@ export function planFleet(fleet: Fleet, options: PlanOptions = {}): PlanResult {
       return [sum(perStage(chosen.chain, c, (d, s, e) => fetchBlocks(held, d, s, e))), Math.max(...reopened), sum(reopened)];
     };
     if (fewest !== null && lexicographicallyLess(work(fewest), work(counts))) counts = fewest;
+    if (options.reopenSlackBlocks !== undefined) {
+      const slack = bottleneckBlockCost(costs, chosen.chain, chosen.part.counts);
+      const wider = fewestMoves(costs, chosen.chain, model.layers, held, bound + slack, runs);
+      if (wider !== null && lexicographicallyLess(work(wider), work(counts)) && (work(counts)[2] as number) - (work(wider)[2] as number) >= options.reopenSlackBlocks) counts = wider;
+    }
   }
   const division = evaluate(costs, chosen.chain, counts, held, runs);
   const edges = rotate(ring.edges, chosen.r);
@@ -198,6 +211,12 @@ function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiErr
 }
 
 /** Per stage of `counts` along `chain`, `blocks(device, start, end)` (blocks fetched, blocks reopened). */
+/** One more block's cost on the bottleneck stage of `counts` over `chain`. */
+function bottleneckBlockCost(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[]): number {
+  const stageCosts = chain.map((d, i) => stageCost(costs[d] as DeviceCost, counts[i] as number, i === 0));
+  return (costs[chain[stageCosts.indexOf(Math.max(...stageCosts))] as number] as DeviceCost).perBlock;
+}
+
 function perStage(chain: readonly number[], counts: readonly number[], blocks: (device: number, start: number, end: number) => number): number[] {
   let start = 0;
   return chain.map((device, i) => {

@@ -66,6 +66,12 @@ export interface HostStatus extends Record<string, unknown> {
   error?: { code: string; message: string };
 }
 
+/**
+ * Serving with every stage loaded: a re-plan serves the new ring once members' weights are in, so
+ * 'serving' alone may come while a member still opens its sessions (its load not yet reported).
+ */
+export const servingAllReady = (s: HostStatus): boolean => s.phase === 'serving' && s.stages.every((x) => x.state === 'ready' || x.state === 'kept');
+
 /** A completed re-plan as the host reports it. */
 export type Recovery = RecoveryRecord;
 
