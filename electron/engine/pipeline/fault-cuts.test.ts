@@ -57,13 +57,12 @@ describe('fault cuts', () => {
     expect(first.plan.bottleneck_ms).toBeCloseTo(Math.max(...first.plan.stages.map((s) => s.stage_ms!)), 6);
     const cuts = first.order.reduce((n, s) => n + s.cuts.length, 0);
     expect(first.plan.circuit_ms! - uncut.plan.circuit_ms!).toBeCloseTo(cuts * first.plan.stages[0]!.step_ms!, 6);
-    const memberIds = ringMemberIds(first.order, members);
     // Also as in bench/faults' rings: members hold standby layers (nothing to fetch), the host could
     // hold a block or two more, and the ring has since measured it a little faster than reported:
     // the fastest re-plan then gives the host more blocks and cuts through the survivors' segments.
-    const standbyHolds = new Map(members.map((m) => [m.memberId, [{ start: 0, end: 32 }]]));
-    for (const [hostBlocks, hostBlockMs] of [[8.5, undefined], [10.5, undefined], [10.5, 19], [10.5, 18], [10.5, 17]] as const) {
-      const ring = { ...input, hostCapabilities: capabilities(hostBlocks, true), standbyHolds };
+    const everyLayer = new Map(members.map((m) => [m.memberId, [{ start: 0, end: 32 }]]));
+    for (const [hostBlocks, hostBlockMs, standby] of [[8.5, undefined, false], [8.5, undefined, true], [10.5, undefined, true], [10.5, 19, true], [10.5, 18, true], [10.5, 17, true]] as const) {
+      const ring = { ...input, hostCapabilities: capabilities(hostBlocks, true), ...(standby ? { standbyHolds: everyLayer } : {}) };
       const start = planSessionRing({ ...ring, members, serving: undefined });
       const ids = ringMemberIds(start.order, members);
       const measuredBlockMs = new Map(hostBlockMs !== undefined ? [['', { blockMs: hostBlockMs, stepMs: 1 }]] : []);
