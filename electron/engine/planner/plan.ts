@@ -210,13 +210,13 @@ function insufficientMemory(fleet: Fleet, costs: readonly DeviceCost[]): KiwiErr
   return new KiwiError('PLAN_INSUFFICIENT_MEMORY', message, { device, short_by_bytes: short.shortByBytes });
 }
 
-/** Per stage of `counts` along `chain`, `blocks(device, start, end)` (blocks fetched, blocks reopened). */
 /** One more block's cost on the bottleneck stage of `counts` over `chain`. */
 function bottleneckBlockCost(costs: readonly DeviceCost[], chain: readonly number[], counts: readonly number[]): number {
   const stageCosts = chain.map((d, i) => stageCost(costs[d] as DeviceCost, counts[i] as number, i === 0));
   return (costs[chain[stageCosts.indexOf(Math.max(...stageCosts))] as number] as DeviceCost).perBlock;
 }
 
+/** Per stage of `counts` along `chain`, `blocks(device, start, end)` (blocks fetched, blocks reopened). */
 function perStage(chain: readonly number[], counts: readonly number[], blocks: (device: number, start: number, end: number) => number): number[] {
   let start = 0;
   return chain.map((device, i) => {
