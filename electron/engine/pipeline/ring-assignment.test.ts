@@ -101,6 +101,23 @@ describe('assignRing', () => {
     expect(replan({ memory_budget_bytes: 550_000_000 })).toMatchObject({ start: 0, end: 4, cuts: [] });
   });
 
+  it('keeps the served ring order among equally cheap orders after a loss', () => {
+    // The ring ran host, m3, m1, m2 and m2 left. Three devices make one ring either way round, and
+    // m1 comes first in the session's list: the plan keeps m3 before m1 all the same.
+    const sizes: ModelSizes = { name: 'm', layers: 12, blockBytes: 100_000_000, headBytes: 50_000_000, headResidentBytes: 100_000_000, kvBytesPerTokenPerLayer: 1024 };
+    const device = { fleet_device: { memory_bytes: 4_000_000_000 } };
+    const [m1, m3] = [member(1), member(3)].map((m) => ({ ...m, capabilities: device }));
+    const { order } = planSessionRing({
+      members: [m1!, m3!], memoryLimits: new Map(),
+      serving: { order: [stage(0, 0, 3), stage(3, 3, 6), stage(1, 6, 9), stage(2, 9, 12)], memberIds: ['id3', 'id1', 'id2'] },
+      model: sizes, context: 256, concurrency: 1, hostName: 'host', hostDevice: { memoryBytes: 4_000_000_000 }, links: [],
+    });
+    expect(order.map((s) => s.peer)).toEqual([0, 3, 1]);
+    // Each keeps part of what it ran (swapped, m1 would run blocks before m3's).
+    expect(order[1]!.start < 6 && order[1]!.end > 3).toBe(true);
+    expect(order[2]!.start < 9 && order[2]!.end > 6).toBe(true);
+  });
+
   it('lists the host loading and each member assigned, with the wire it sends', () => {
     const a = assign([stage(0, 0, 2), stage(1, 2, 5), stage(2, 5, 8)], ringLinks([0, 1, 2]));
     expect([...a.stages.values()].map((s) => `${s.peer} ${s.name} ${s.start}-${s.end} ${s.head ? 'head ' : ''}${s.state} ${s.wire?.encoding}`)).toEqual([

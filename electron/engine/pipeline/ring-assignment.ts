@@ -74,6 +74,19 @@ export interface RingPlanInput {
 }
 
 /**
+ * `members` in the served ring's order, those outside it after them. The planner keeps the first
+ * of equally cheap ring orders, and a ring of three has one edge set either way round: the served
+ * order stays, since a swapped one moves every survivor's range and reopens it whole.
+ */
+function servedOrderFirst(members: readonly MemberView[], serving: ServedOrder | undefined): MemberView[] {
+  const at = (m: MemberView): number => {
+    const i = serving?.memberIds.indexOf(m.memberId) ?? -1;
+    return i < 0 ? members.length : i;
+  };
+  return [...members].sort((a, b) => at(a) - at(b));
+}
+
+/**
  * Plans the ring over `members` with the host first. What each device holds now (a member: its
  * stage in the ring being served and what it reported holding on disk, built or standby; the host:
  * every layer) goes in as `holds` when re-planning, and the range each stage runs as `runs`: a
@@ -123,7 +136,7 @@ export function planSessionRing(input: RingPlanInput): { plan: PlanJson; order: 
         peer: 0, name: input.hostName, capabilities: input.hostCapabilities, ...(hostHeld !== undefined ? { holds: hostHeld } : {}),
         ...(hostRuns !== undefined && hostRuns.end > hostRuns.start ? { runs: running(hostRuns, hostGrows) } : {}), ...measured(''),
       },
-      ...input.members.map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m), ...measured(m.memberId) })),
+      ...servedOrderFirst(input.members, serving).map((m) => ({ peer: m.peer, name: m.name, capabilities: m.capabilities, addresses: m.addresses, ...(limit(m) !== undefined ? { memoryBytes: limit(m) } : {}), ...holdsOf(m), ...measured(m.memberId) })),
     ],
     fallback: input.hostDevice,
     links: input.links,
