@@ -37,7 +37,7 @@ import { promisify } from 'node:util';
 import { openGguf } from '../electron/engine/model/gguf/gguf-reader.js';
 import { testModelPath } from '../electron/engine/model/test-models.js';
 import { modelSizesFromGguf } from '../electron/engine/planner/model-sizes.js';
-import { FaultRing, generateReference, stallAfter, streamCompletion, summarize, type FaultMember, type HostStatus, type Recovery, type StreamResult } from '../electron/engine/test-support/fault-ring.js';
+import { FaultRing, generateReference, servingAllReady, stallAfter, streamCompletion, summarize, type FaultMember, type HostStatus, type Recovery, type StreamResult } from '../electron/engine/test-support/fault-ring.js';
 import { askStatus, kiwiEntry, ProcessSet, repoRoot, waitEvent } from '../electron/engine/test-support/processes.js';
 
 const run = promisify(execFile);
@@ -131,7 +131,7 @@ async function ringMembers(): Promise<{ members: FaultMember[]; hostArgs: string
   await writeFile(hostCaps, JSON.stringify({ fleet_device: { memory_bytes: Math.round(sizes.stageOverheadBytes! + sizes.headResidentBytes + 8.5 * perBlock) } }));
   const standby = STANDBY_GB > 0 ? ['--standby-gb', String(STANDBY_GB)] : [];
   const members = ['m1', 'm2', 'm3'].map((name) => ({ name, memoryBytes: Math.round(sizes.stageOverheadBytes! + 12.5 * perBlock), args: standby }));
-  return { members, hostArgs: ['--capabilities', hostCaps, '--context', String(context)] };
+  return { members, hostArgs: ['--capabilities', hostCaps, '--context', String(context), ...standby] };
 }
 const { members: MEMBERS, hostArgs: HOST_ARGS } = await ringMembers();
 
@@ -205,6 +205,8 @@ async function standbyDone(r: FaultRing): Promise<void> {
       await new Promise((res) => setTimeout(res, 1000));
     }
   }
+  // The host's own: the layers after its blocks, built into its shard cache.
+  await r.waitStatus((s) => s.standby?.state === 'done', "the host's standby layers", 30 * 60_000, 1000);
   console.log(`standby layers on disk after ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 
@@ -216,7 +218,7 @@ async function makeWhole(r: FaultRing): Promise<boolean> {
   for (const m of MEMBERS) if (!r.alive(m.name)) await r.startMember(m.name);
   const before = (await r.status()).recoveries ?? [];
   try {
-    const after = await r.waitStatus((s) => s.phase === 'serving' && MEMBERS.every((m) => s.stages.some((x) => x.name === m.name && (x.state === 'ready' || x.state === 'kept'))), 'every member back in the ring', 90_000 * SLOW, 250);
+    const after = await r.waitStatus((s) => servingAllReady(s) && MEMBERS.every((m) => s.stages.some((x) => x.name === m.name)), 'every member back in the ring', 90_000 * SLOW, 250);
     rejoins.push(...(after.recoveries ?? []).filter((x) => !before.some((b) => b.epoch === x.epoch)));
     await standbyDone(r);
     return true;

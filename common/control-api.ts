@@ -269,6 +269,8 @@ export const HostRequest = z.strictObject({
   weight_layout: z.enum(['exact', 'fast']).optional(),
   /** A small GGUF on this computer, of the model's vocabulary, that drafts for speculative decoding (`kiwi host --draft-model`); the answers stay the model's own. */
   draft_model: z.string().min(1).max(4096).optional(),
+  /** Disk for the host's standby layers, in GB (`kiwi host --standby-gb`; 0 or absent: none): the layers after its own, built in the background. */
+  standby_gb: z.number().min(0).max(1_000_000).optional(),
 }).refine((r) => r.model_sha256 === undefined || (r.model_url !== undefined && r.model === undefined), {
   message: 'model_sha256 checks the download of model_url: give it with model_url and without model',
   path: ['model_sha256'],

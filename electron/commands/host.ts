@@ -13,6 +13,7 @@ import { resolveChatTemplate } from '../engine/server/chat-template-names.js';
 import { formatRequestLog, type RequestLogEntry } from '../engine/server/openai-api.js';
 import { DEFAULT_WIRE_POLICY, parseWirePolicy, type WirePolicy } from '../engine/pipeline/link-wire.js';
 import { parseDriftFlag, type DriftOptions } from '../engine/pipeline/stage-drift.js';
+import { standbyBudgetBytes } from '../engine/pipeline/standby.js';
 import { API_BROWSER_OPTIONS, apiBrowserPolicy, warnIfUnprotected } from './api-flags.js';
 import { readCapabilities } from './capabilities-file.js';
 import { booleanOption, defineCommand, stringOption, type CommandContext } from './command.js';
@@ -87,6 +88,10 @@ export const hostCommand = defineCommand({
     'weight-layout': { ...WEIGHT_LAYOUT_OPTION, description: `${WEIGHT_LAYOUT_OPTION.description}; every stage of the ring, members' included, uses the host's` },
     provider: { ...PROVIDER_OPTION, description: `${PROVIDER_OPTION.description} (with --model: the host's own stages)` },
     'no-bench': { type: 'boolean', description: 'Do not measure this device: without --capabilities the planner sees only its RAM (memory tier)' },
+    'standby-gb': {
+      type: 'string', valueName: 'GB',
+      description: 'Disk to keep standby layers in: once the ring serves, the layers after the host\'s own are built into the shard cache in the background, so a re-plan that gives the host more layers opens them without converting them',
+    },
     'no-shard-cache': { type: 'boolean', description: 'Build stage graphs in memory instead of using the shard cache' },
     'chat-template': {
       type: 'string',
@@ -252,6 +257,7 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
   const parallel = intOption(stringOption(ctx, 'parallel') ?? '8', 'parallel', 1, 256);
   const modelUrl = stringOption(ctx, 'model-url');
   const draftModel = stringOption(ctx, 'draft-model');
+  const standbyBytes = standbyBudgetBytes(stringOption(ctx, 'standby-gb'), '--standby-gb');
   const templateOption = stringOption(ctx, 'chat-template');
   const apiKey = stringOption(ctx, 'api-key') ?? (process.env.KIWI_API_KEY || undefined);
   return {
@@ -270,6 +276,7 @@ function hostModel(ctx: Ctx, model: string, expect: number | undefined, flags: R
       ...(threadsText !== undefined ? { threads: intOption(threadsText, 'threads', 1, 1024) } : {}),
       ...(weightLayoutFlag(ctx) === 'fast' ? { weightLayout: 'fast' as const } : {}),
       ...(booleanOption(ctx, 'no-shard-cache') ? {} : { cache: shardCache() }),
+      ...(standbyBytes !== undefined ? { standbyBytes } : {}),
       // KIWI_KEEP_CACHES=0: a re-plan rebuilds every layer of the live requests (bench/faults compares).
       ...(process.env.KIWI_KEEP_CACHES === '0' ? { keepCaches: false } : {}),
       // KIWI_PIPELINED_RECOVERY=0: a re-plan serves the new ring only once every stage is open (bench/faults compares).

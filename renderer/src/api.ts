@@ -85,12 +85,13 @@ export const api = {
   device: () => call(DeviceCard, 'GET', '/device'),
   bench: (refresh: boolean) => call(DeviceCard, 'POST', '/device/bench', { refresh }),
   /** Hosts a local GGUF file, or downloads `{ url }` into the model cache first and hosts it then; 'built-in': the embedded stories260K. `draftModel`: a small GGUF that drafts for speculative decoding. */
-  host: (model: { path: string } | { url: string } | 'built-in', options: { autoApprove: boolean; fastLayout: boolean; draftModel: string }) =>
+  host: (model: { path: string } | { url: string } | 'built-in', options: { autoApprove: boolean; fastLayout: boolean; draftModel: string; standbyGb?: number | undefined }) =>
     call(SessionStatus, 'POST', '/session/host', {
       ...(model === 'built-in' ? {} : 'path' in model ? { model: model.path } : { model_url: model.url }),
       auto_approve: options.autoApprove,
       ...(options.fastLayout ? { weight_layout: 'fast' } : {}),
       ...(options.draftModel.trim() !== '' ? { draft_model: options.draftModel.trim() } : {}),
+      ...(options.standbyGb !== undefined ? { standby_gb: options.standbyGb } : {}),
     }),
   cancelDownload: () => call(SessionStatus, 'POST', '/session/download/cancel', {}),
   join: (code: string, rendezvous: string | undefined, name?: string, memoryMb?: number, standbyGb?: number) =>

@@ -71,6 +71,12 @@ describe('ringOptionsFor', () => {
     expect(ringOptionsFor({ draft_model: '/m/draft.gguf' }, { speculative: { kind: 'off' } })).toEqual({ draftModel: '/m/draft.gguf', speculative: { kind: 'auto' } });
     expect(ringOptionsFor({ draft_model: '/m/draft.gguf', weight_layout: 'fast' }, { speculative: { kind: 'fixed', k: 3 } })).toEqual({ draftModel: '/m/draft.gguf', speculative: { kind: 'fixed', k: 3 }, weightLayout: 'fast' });
   });
+
+  it('gives the ring the request\'s standby disk (the host form\'s, as kiwi host --standby-gb), none for 0', () => {
+    const app = { threads: 2 };
+    expect(ringOptionsFor({ standby_gb: 2.5 }, app)).toEqual({ threads: 2, standbyBytes: 2.5e9 });
+    expect(ringOptionsFor({ standby_gb: 0 }, app)).toBe(app);
+  });
 });
 
 describe('createHostNode and createMemberNode', () => {

@@ -12,6 +12,7 @@ import type { FlowCapabilitiesOptions } from '../device/flow-capabilities.js';
 import { flowCapabilities } from '../device/flow-capabilities.js';
 import { SessionHost, type SessionHostOptions, type SessionHostStatus } from '../pipeline/session-host.js';
 import { deviceFromCapabilities } from '../pipeline/session-fleet.js';
+import { standbyBudgetBytes } from '../pipeline/standby.js';
 import { createTokenizer } from '../model/tokenizer/tokenizer.js';
 import { modelSizesFromGguf } from '../planner/model-sizes.js';
 import { openDraftModel, type DraftModelDrafter } from '../runtime/draft-model.js';
@@ -227,11 +228,13 @@ export interface RingHostingOptions {
   onError?: (err: KiwiError) => void;
 }
 
-/** The ring's options for a hosting request: the app's, with the request's weight layout and draft model. */
-export function ringOptionsFor(req: Pick<HostingRequest, 'weight_layout' | 'draft_model'>, ring: RingOptions = {}): RingOptions {
-  if (req.weight_layout !== 'fast' && req.draft_model === undefined) return ring;
+/** The ring's options for a hosting request: the app's, with the request's weight layout, draft model and standby disk. */
+export function ringOptionsFor(req: Pick<HostingRequest, 'weight_layout' | 'draft_model' | 'standby_gb'>, ring: RingOptions = {}): RingOptions {
+  const standbyBytes = standbyBudgetBytes(req.standby_gb, 'a standby disk budget');
+  if (req.weight_layout !== 'fast' && req.draft_model === undefined && standbyBytes === undefined) return ring;
   return {
     ...ring,
+    ...(standbyBytes !== undefined ? { standbyBytes } : {}),
     ...(req.weight_layout === 'fast' ? { weightLayout: 'fast' as const } : {}),
     // A draft model drafts with k adapted to what pays, as `kiwi host --draft-model` does unless told otherwise.
     ...(req.draft_model !== undefined ? { draftModel: req.draft_model, speculative: ring.speculative !== undefined && ring.speculative.kind !== 'off' ? ring.speculative : { kind: 'auto' as const } } : {}),

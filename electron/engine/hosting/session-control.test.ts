@@ -82,6 +82,7 @@ describe('control API', () => {
     expect(((await invalid.json()) as { error: { message: string } }).error.message).toMatch(/approve/);
     const extra = await call(api, 'POST', '/session/host', { model: 'm.gguf', evil: true });
     expect(extra.status).toBe(400);
+    expect((await call(api, 'POST', '/session/host', { model: 'm.gguf', standby_gb: -1 })).status).toBe(400);
     const big = await call(api, 'POST', '/session/host', { model: 'x'.repeat(70_000) });
     expect(big.status).toBe(413);
     expect((await call(api, 'GET', '/session/host')).status).toBe(405);

@@ -3,7 +3,8 @@
 // from the host's range server. One member is killed with SIGKILL mid-stream: the survivor takes
 // over the dead member's layers from its standby copies, receiving no weight bytes for them (its
 // `ready` and the host's `recovered`), and the streamed text equals `kiwi generate`'s. The same
-// ring without standby receives those layers during the recovery; both stalls are printed.
+// ring without standby receives those layers during the recovery; both stalls are printed. With
+// `kiwi host --standby-gb` the host builds the layers after its own into its shard cache.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -37,7 +38,7 @@ describe('standby layers (real processes on loopback)', () => {
       const names = ['m1', 'm2'];
       const args = standby ? ['--standby-gb', '1'] : [];
       const ring = await FaultRing.start(procs, {
-        model, dir, heartbeatMs: 500, heartbeatTimeoutS: 10, recoveryTimeoutS: 30, hostArgs: ['--capabilities', hostCaps, '--prompt-cache-mb', '0'],
+        model, dir, heartbeatMs: 500, heartbeatTimeoutS: 10, recoveryTimeoutS: 30, hostArgs: ['--capabilities', hostCaps, '--prompt-cache-mb', '0', ...args],
         members: names.map((name) => ({ name, memoryBytes: 6 * perBlock + perBlock / 2, args })),
       });
       const before = await ring.status();
@@ -50,6 +51,10 @@ describe('standby layers (real processes on loopback)', () => {
         const own = ranges[1]!;
         expect(done.layers, JSON.stringify(done)).toEqual([0, 1, 2, 3, 4, 5, 6, 7].filter((L) => L < own.start || L >= own.end));
         expect(done.fetched_bytes as number).toBeGreaterThan(0);
+        // The host builds the layers after its own into its shard cache (host-standby-builds.ts).
+        const hostEnd = before.stages.find((s) => s.peer === 0)!.end;
+        const built = await ring.waitStatus((s) => s.standby?.state === 'done', "the host's standby layers", 60_000, 250);
+        expect(built.standby!.layers).toEqual([0, 1, 2, 3, 4, 5, 6, 7].filter((L) => L >= hostEnd));
       }
       const loadsBefore = readies(ring.member(survivor).events).length;
 

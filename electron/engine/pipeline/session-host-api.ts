@@ -13,6 +13,7 @@ import type { HostOptions, SessionStatus } from '../session/host.js';
 import type { WirePolicy } from './link-wire.js';
 import type { StageStatus } from './ring-assignment.js';
 import type { StepTiming } from './ring-engine.js';
+import type { HostStandbyStatus } from './host-standby-builds.js';
 import type { WeightsTokens } from './weights-http.js';
 import type { Phase, RecoveryRecord } from './ring-phase.js';
 import type { DriftOptions } from './stage-drift.js';
@@ -58,6 +59,8 @@ export interface SessionHostOptions {
   /** How every stage of the ring lays out its weights (runtime/weights/convert.ts); default exact. */
   weightLayout?: WeightLayout;
   cache?: ShardCache;
+  /** Disk for the host's standby layers: the layers after its blocks, built into the shard cache once the ring serves (host-standby-builds.ts); absent: none. */
+  standbyBytes?: number;
   /** How long members may take to load (and receive) their weights. Default 10 min. */
   readyTimeoutMs?: number;
   /** How long requests wait for a ring when the members left cannot hold the model. Default 120 s. */
@@ -103,6 +106,8 @@ export interface SessionHostStatus {
   requests: { completed: number; cancelled: number; failed: number };
   /** Closed-loop planning: the drift options, the latest drift found, the measured block times plans use. */
   drift: DriftStatus;
+  /** The host's standby layers (host-standby-builds.ts); undefined without --standby-gb. */
+  standby?: HostStandbyStatus | undefined;
   error: { code: string; message: string } | undefined;
 }
 

@@ -54,6 +54,7 @@ import { ringTiming, type SessionHostEvents, type SessionHostOptions, type Sessi
 import { withPunchFiltering } from './edge-report.js';
 import { WeightsSender } from './weights-sender.js';
 import { StandbyHost } from './standby-host.js';
+import { HostStandbyBuilds } from './host-standby-builds.js';
 
 export type { Phase, RecoveryRecord } from './ring-phase.js';
 export type { StageStatus } from './ring-assignment.js';
@@ -78,6 +79,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
   private readonly spanHashes: SpanHashes;
   /** Members' standby layers: what they may fetch beside their range and what they hold on disk (standby-host.ts). */
   private readonly standby: StandbyHost;
+  /** The host's own standby layers, built into its shard cache (host-standby-builds.ts). */
+  private readonly hostStandby: HostStandbyBuilds | undefined;
+  /** When the served ring last completed a step (performance.now()): standby builds wait for quiet. */
+  private lastStepAt: number | undefined;
   private readonly waits = new ChangeWaits(() => this.closed);
   private readonly replans: ReplanDriver;
   /** Closed-loop planning: measured stage times against the plan's (stage-drift-monitor.ts). */
@@ -113,7 +118,16 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       serving: () => this.ringPhase.phase === 'serving' && this.generator?.catchingUp !== true, hostEnd: () => this.ring?.order[0]?.end ?? 0, http: () => this.opts.weightsHttp,
       stageOf: (id) => this.stages.list().find((st) => st.peer === this.stages.peerOf(id) && st.peer !== 0), send: (id, body) => void this.session.sendPipeline(id, body as unknown as Record<string, unknown>),
     });
-    const flushStandby = (): Promise<void> => this.standby.flush().catch((err: unknown) => void this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`)));
+    const { cache, standbyBytes } = this.opts;
+    this.hostStandby = cache !== undefined && standbyBytes !== undefined && standbyBytes > 0
+      ? new HostStandbyBuilds({ budgetBytes: standbyBytes, cache, ...(opts.provider !== undefined ? { provider: opts.provider } : {}), ...(opts.weightLayout !== undefined ? { weightLayout: opts.weightLayout } : {}) },
+        () => ((this.ring?.engine.inFlight ?? 0) > 0 ? performance.now() : this.lastStepAt),
+        (err) => void this.emit('warning', new KiwiError('RING_STAGE_FAILED', `The host's standby layers could not be built: ${String(err)}`)))
+      : undefined;
+    const flushStandby = (): Promise<void> => {
+      this.startHostStandby();
+      return this.standby.flush().catch((err: unknown) => void this.emit('warning', new KiwiError('WEIGHTS_TRANSFER_FAILED', `Standby layers could not be planned: ${String(err)}`)));
+    };
     this.on('serving', () => void flushStandby());
     // After a recovery the resumed streams rebuild their caches first (RingGenerator.catchingUp): the
     // members' standby fetches and builds (CPU, disk, the host's uplink) would slow that replay,
@@ -193,6 +207,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       speculative: this.generator?.speculation?.stats(),
       requests: { ...this.backend.counts },
       drift: this.drift.status(),
+      standby: this.hostStandby?.status(),
       error: error && { code: error.code, message: error.message },
     };
   }
@@ -214,6 +229,7 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     this.dispatch({ type: 'closed' });
     this.replans.stop();
     this.waits.poke();
+    await this.hostStandby?.stop();
     this.ring?.engine.retire(new KiwiError('SESSION_ENDED', 'The host is closing.'));
     await this.backend.close();
     await this.replans.settled();
@@ -294,6 +310,15 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
     return { ...device, memoryBytes: Math.max(0, device.memoryBytes - drafter.residentBytes) };
   }
 
+  /** Once the ring serves with every resumed stream caught up: the host's standby layers, after its blocks. */
+  private startHostStandby(): void {
+    const model = this.model;
+    const hostEnd = this.ring?.order[0]?.end;
+    if (this.hostStandby === undefined || model === undefined || hostEnd === undefined) return;
+    if (this.ringPhase.phase !== 'serving' || this.generator?.catchingUp === true) return;
+    this.hostStandby.start(model.file, model.shape, hostEnd);
+  }
+
   private stageOptions(): { cache?: ShardCache; provider?: ExecutionProvider; threads?: number; weightLayout?: WeightLayout } {
     const { cache, provider, threads, weightLayout } = this.opts;
     return {
@@ -348,6 +373,8 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
    * RING_REPLAN when one drops out meanwhile, or the member's error when its load fails.
    */
   private async buildRing(members: MemberView[], model: LoadedModel, signal?: AbortSignal): Promise<ServedRing> {
+    // The disk and a core go to this re-plan's loads: a standby build under way finishes its layer (at most one).
+    await this.hostStandby?.stop();
     const { plan, order } = this.planFor(members, model);
     // The host serves the head; the blocks run on members, so a ring needs at least one.
     if (order.length < 2) throw new KiwiError('PLAN_INSUFFICIENT_MEMORY', 'No member is left to run the model\'s blocks.');
@@ -437,7 +464,10 @@ export class SessionHost extends EventEmitter<SessionHostEvents> {
       maxRows: this.opts.maxBatch ?? 8,
       onBroken: (err) => this.replans.request(err.message, true),
       onPeerFault: (peer, fault, err) => this.onPeerFault(peer, fault, err),
-      onTiming: (t) => this.drift.onStep(t),
+      onTiming: (t) => {
+        this.lastStepAt = performance.now();
+        this.drift.onStep(t);
+      },
     });
     return { epoch, generation: (this.ring?.generation ?? 0) + 1, order, memberIds, first, engine };
   }

@@ -63,6 +63,8 @@ export interface HostStatus extends Record<string, unknown> {
   recoveries?: Recovery[];
   stages: Array<{ peer: number; name: string; start: number; end: number; state: string }>;
   requests: { completed: number; cancelled: number; failed: number };
+  /** The host's standby layers (host-standby-builds.ts), with --standby-gb. */
+  standby?: { state: string; layers: number[] };
   error?: { code: string; message: string };
 }
 

@@ -34,6 +34,11 @@ export function SessionScreen({ status }: { status: SessionStatus }): ReactEleme
 /** The host form's weight layout choice and draft model, kept for the next session. */
 const FAST_LAYOUT_KEY = 'kiwi.weightLayout';
 const DRAFT_MODEL_KEY = 'kiwi.draftModel';
+/** Disk for standby layers: one setting for this computer, hosting or joining (`--standby-gb`). */
+const STANDBY_BUDGET_KEY = 'kiwi.standbyGb';
+
+/** The standby setting's text as GB for a request: empty is none. */
+const standbyGbOf = (text: string): number | undefined => (text.trim() === '' ? undefined : Number(text.trim()));
 
 const isUrl = (text: string): boolean => /^https?:\/\//i.test(text.trim());
 
@@ -44,6 +49,7 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
   const [autoApprove, setAutoApprove] = useState(false);
   const [fastLayout, setFastLayout] = useState(() => localStorage.getItem(FAST_LAYOUT_KEY) === 'fast');
   const [draftModel, setDraftModel] = useState(() => localStorage.getItem(DRAFT_MODEL_KEY) ?? '');
+  const [standbyGb, setStandbyGb] = useState(() => localStorage.getItem(STANDBY_BUDGET_KEY) ?? '');
   const host = useSessionAction(api.host);
   const cancel = useSessionAction(api.cancelDownload);
   const chooseLayout = (fast: boolean): void => {
@@ -54,7 +60,11 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
     setDraftModel(path);
     localStorage.setItem(DRAFT_MODEL_KEY, path);
   };
-  const options = { autoApprove, fastLayout, draftModel };
+  const chooseStandby = (gb: string): void => {
+    setStandbyGb(gb);
+    localStorage.setItem(STANDBY_BUDGET_KEY, gb.trim());
+  };
+  const options = { autoApprove, fastLayout, draftModel, standbyGb: standbyGbOf(standbyGb) };
   const start = (text: string): void => host.mutate([isUrl(text) ? { url: text.trim() } : { path: text.trim() }, options]);
   const submit = (e: FormEvent): void => {
     e.preventDefault();
@@ -101,6 +111,8 @@ function HostForm({ shown, download }: { shown: string | undefined; download: Do
           placeholder="/home/you/models/llama-3.2-1b.Q4_0.gguf" aria-describedby={`${id}-draft-hint`}
         />
         <span id={`${id}-draft-hint`} className="muted small">A small GGUF file on this computer with the model&apos;s vocabulary (e.g. Llama-3.2-1B for Llama-3.1-8B): it guesses ahead and the ring checks its guesses in one trip, so answers come faster and stay the model&apos;s own.</span>
+        <label htmlFor={`${id}-host-standby`}>Disk for standby layers, in GB (optional: the layers after this computer&apos;s, prepared in the background, make recoveries fast)</label>
+        <input id={`${id}-host-standby`} type="number" min={0} step="any" value={standbyGb} onChange={(e) => chooseStandby(e.target.value)} placeholder="none" data-testid="host-standby-budget" />
         <ErrorBanner error={host.error?.message === shown ? null : (host.error as { message: string } | null)} />
         <button type="submit" disabled={host.isPending || model.trim() === ''}>
           {host.isPending ? 'Loading the model…' : isUrl(model) ? 'Download and host' : 'Start hosting'}
@@ -140,7 +152,6 @@ function DownloadProgress({ download: d }: { download: DownloadWire }): ReactEle
 }
 
 const MEMORY_BUDGET_KEY = 'kiwi.memoryBudgetMb';
-const STANDBY_BUDGET_KEY = 'kiwi.standbyGb';
 
 function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
   const id = useId();
@@ -157,7 +168,7 @@ function JoinForm({ shown }: { shown: string | undefined }): ReactElement {
     localStorage.setItem(MEMORY_BUDGET_KEY, budget);
     const standby = standbyGb.trim();
     localStorage.setItem(STANDBY_BUDGET_KEY, standby);
-    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined, budget === '' ? undefined : Number(budget), standby === '' ? undefined : Number(standby)]);
+    join.mutate([code.trim(), rendezvous.trim() || undefined, name.trim() || undefined, budget === '' ? undefined : Number(budget), standbyGbOf(standby)]);
   };
   return (
     <Card title="Join a session">
