@@ -148,7 +148,9 @@ describe('the ring generator', () => {
     const faults: string[] = [];
     let next: Ring | undefined;
     let resumed: Promise<number> | undefined;
-    let caughtUp: Promise<number> | undefined;
+    let caughtUp: Promise<{ rows: number; grew: boolean[] }> | undefined;
+    // Tokens each request has streamed, and which were still generating when the ring broke.
+    const counts = PROMPTS.map(() => 0);
     const gen: RingGenerator = new RingGenerator(old.engine, pool, shape.maxPositions, {
       maxInFlight: 3,
       // Every step that was in flight fails; the host re-plans once.
@@ -158,17 +160,17 @@ describe('the ring generator', () => {
           await gen.hold();
           next = await ring(2);
           const n = gen.resume(next.engine);
-          caughtUp = gen.caughtUp().then(() => next!.replayed.rows);
+          const atResume = [...counts];
+          caughtUp = gen.caughtUp().then(() => ({ rows: next!.replayed.rows, grew: counts.map((c, i) => c > atResume[i]! || atResume[i] === 20) }));
           return n;
         })();
       },
     });
-    let tokens = 0;
     // The member goes away after the first request's fifth token, while the others are decoding.
-    const onToken = (): void => {
-      if (++tokens === 5) old.member.close('member left');
+    const onToken = (i: number) => (): void => {
+      if (++counts[i]! === 5 && i === 0) old.member.close('member left');
     };
-    const results = await Promise.all(PROMPTS.map((p, i) => gen.generate(params(p, i === 0 ? { onToken } : {}))));
+    const results = await Promise.all(PROMPTS.map((p, i) => gen.generate(params(p, { onToken: onToken(i) }))));
     expect(results.map((x) => x.ids)).toEqual(alone);
     expect(await resumed).toBe(PROMPTS.length);
     expect(faults.length).toBeGreaterThan(0);
@@ -179,8 +181,9 @@ describe('the ring generator', () => {
     expect(next!.replayed.rows).toBeGreaterThan(0);
     expect(next!.replayed.rows).toBeLessThanOrEqual(PROMPTS.length);
     expect(next!.replayed.tokens).toBeGreaterThanOrEqual(2 * next!.replayed.rows);
-    // caughtUp() waited for every replay row (background work starts after them), and no row came later.
-    expect(await caughtUp).toBe(next!.replayed.rows);
+    // caughtUp() waited for every replay row and for each resumed request's first new token
+    // (background work starts after them), and no row came later.
+    expect(await caughtUp).toEqual({ rows: next!.replayed.rows, grew: PROMPTS.map(() => true) });
   });
 
   test('after a re-plan that grew the host\'s stage, its kept block is skipped while the requests are rebuilt, and the ids stay exact', async () => {

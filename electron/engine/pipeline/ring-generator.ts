@@ -63,8 +63,8 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   /** Set while no ring can serve: new requests fail with it at once. */
   private unavailable: KiwiError | undefined;
   private idleWaiters: Array<() => void> = [];
-  /** Requests the last resume() handed over that still rebuild their caches (caughtUp()). */
-  private rebuilding = new Set<Request>();
+  /** Requests the last resume() handed over that have not yet made a new token, with their history's length then (caughtUp()). */
+  private rebuilding = new Map<Request, number>();
   private caughtUpWaiters: Array<() => void> = [];
 
   /** Speculation's counters (for /health); undefined when off. */
@@ -104,7 +104,7 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
     if (opts.maxInFlight !== undefined) this.maxInFlight = opts.maxInFlight;
     this.unavailable = undefined;
     const live = [...this.stalled, ...this.fresh, ...this.ready].sort((a, b) => a.id - b.id);
-    this.rebuilding = new Set(live);
+    this.rebuilding = new Map(live.map((a) => [a, a.history.length]));
     this.stalled.length = 0;
     this.ready.length = 0;
     this.fresh.length = 0;
@@ -130,8 +130,9 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
 
   /**
    * Resolves once every request the last resume() handed over has rebuilt its caches (its prompt
-   * and replay ran; the steps it waits for now are its own decode steps) or has ended: until then
-   * a recovery is still on the streams' critical path, and background work waits (session-host.ts).
+   * and replay ran) and made its first new token, or has ended: until then a recovery is still on
+   * the streams' critical path (the client waits for that token), and background work waits
+   * (session-host.ts; members' standby fetches beside that decode step made it 2-4x slower at 8B).
    */
   caughtUp(): Promise<void> {
     if (!this.catchingUp) return Promise.resolve();
@@ -139,7 +140,7 @@ export class RingGenerator extends GenerationLoop<RingRequestState> {
   }
 
   private settleRebuilt(): void {
-    for (const a of this.rebuilding) if (a.done || (a.pos >= a.p.promptIds.length && a.pos >= a.history.length - 1)) this.rebuilding.delete(a);
+    for (const [a, length] of this.rebuilding) if (a.done || a.history.length > length) this.rebuilding.delete(a);
     if (this.rebuilding.size === 0) for (const w of this.caughtUpWaiters.splice(0)) w();
   }
 
