@@ -14,7 +14,7 @@ import type { DecoderShape } from '../runtime/stage-graph.js';
 import type { ShardCache } from '../runtime/shard-cache.js';
 import { buildIntoCache } from '../runtime/stage.js';
 import type { WeightLayout } from '../runtime/weights/convert.js';
-import { selectStandby } from './standby.js';
+import { builtStandbyBudget, selectStandby } from './standby.js';
 
 export interface HostStandbyOptions {
   /** Disk for the built standby layers, bytes. */
@@ -75,9 +75,7 @@ export class HostStandbyBuilds {
   }
 
   private async buildAll(file: GgufFile, shape: DecoderShape, hostEnd: number, signal: AbortSignal): Promise<void> {
-    const sizes = modelSizesFromGguf(file);
-    // Selected by GGUF bytes: a built layer takes the runtime's packed size (Q4_0 about 1.3x).
-    const rawBudget = Math.floor(this.opts.budgetBytes * Math.min(1, sizes.blockBytes / (sizes.blockResidentBytes ?? sizes.blockBytes)));
+    const rawBudget = builtStandbyBudget(modelSizesFromGguf(file), this.opts.budgetBytes);
     const layers = selectStandby(file, { start: 0, end: hostEnd }, shape.blockCount, rawBudget).map((l) => l.layer);
     this.built = [];
     this.state = 'building';

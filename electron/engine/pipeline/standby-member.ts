@@ -25,6 +25,7 @@ import { buildIntoCache } from '../runtime/stage.js';
 import { modelSizesFromGguf } from '../planner/model-sizes.js';
 import { builtSpans, layerSpans, partialCacheSource, tagOf } from './member-layers.js';
 import { PartialModel, type HashedSpan } from './member-weights.js';
+import { builtStandbyBudget } from './standby.js';
 import type { Assign, MemberToHostBody, StandbyPlan, WeightsPlan } from './ring-protocol.js';
 import { fetchSpans } from './span-fetch.js';
 
@@ -110,7 +111,7 @@ export class StandbyKeeper {
     if (this.opts.cache === undefined || this.opts.build === false) return this.opts.budgetBytes;
     const partial = await PartialModel.open(this.opts.weightsDir, a.model.fingerprint, a.model.fileBytes);
     const sizes = modelSizesFromGguf(await openGguf(partial.path));
-    return Math.floor(this.opts.budgetBytes * Math.min(1, sizes.blockBytes / (sizes.blockResidentBytes ?? sizes.blockBytes)));
+    return builtStandbyBudget(sizes, this.opts.budgetBytes);
   }
 
   /** A new assignment: the fetch stops (the load needs the disk and the network) and resolves once it has. */

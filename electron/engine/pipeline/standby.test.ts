@@ -6,7 +6,7 @@ import type { ModelSizes } from '../planner/fleet.js';
 import type { MemberView } from '../session/host.js';
 import { stageSpans } from './member-weights.js';
 import { planSessionRing } from './ring-assignment.js';
-import { layerRanges, selectStandby, standbyBudgetBytes, standbyLayerSpans, standbyOrder } from './standby.js';
+import { builtStandbyBudget, layerRanges, selectStandby, standbyBudgetBytes, standbyLayerSpans, standbyOrder } from './standby.js';
 
 describe('which layers a member keeps on standby', () => {
   it('takes both neighbours first, growing outwards, the host\'s own blocks last', () => {
@@ -43,6 +43,15 @@ describe('which layers a member keeps on standby', () => {
     expect(standbyBudgetBytes(undefined, '--standby-gb')).toBeUndefined();
     expect(standbyBudgetBytes('0', '--standby-gb')).toBeUndefined();
     for (const bad of ['', 'ten', '-1', 'Infinity']) expect(() => standbyBudgetBytes(bad, '--standby-gb')).toThrow(/--standby-gb takes a number of GB/);
+  });
+});
+
+describe('a disk budget for built standby layers', () => {
+  it('holds the GGUF bytes whose built form fits it: a layer built to 1.3x its bytes takes 1.3x the disk', () => {
+    expect(builtStandbyBudget({ blockBytes: 100, blockResidentBytes: 130 }, 1300)).toBe(1000);
+    // A runtime size unknown (or smaller than the file's) counts the file's own bytes.
+    expect(builtStandbyBudget({ blockBytes: 100 }, 1300)).toBe(1300);
+    expect(builtStandbyBudget({ blockBytes: 100, blockResidentBytes: 90 }, 1300)).toBe(1300);
   });
 });
 

@@ -8,6 +8,7 @@
 // header or the model-wide tensors the member already holds.
 import { KiwiError } from '../errors.js';
 import type { GgufFile } from '../model/gguf/gguf-reader.js';
+import type { ModelSizes } from '../planner/fleet.js';
 import type { LayerRange } from '../runtime/layer-range.js';
 import { stageSpans, type Span } from './member-weights.js';
 
@@ -70,4 +71,12 @@ export function standbyBudgetBytes(gb: string | number | undefined, what: string
     throw new KiwiError('USAGE', `${what} takes a number of GB between 0 and 1000000 (e.g. 20 or 0.5), not ${JSON.stringify(gb)}`);
   }
   return n === 0 ? undefined : Math.round(n * 1e9);
+}
+
+/**
+ * GGUF bytes of standby layers that fit `budgetBytes` of disk once built: a built layer takes the
+ * runtime's packed size (model-sizes.ts blockResidentBytes; Q4_0 about 1.3x its GGUF bytes).
+ */
+export function builtStandbyBudget(sizes: Pick<ModelSizes, 'blockBytes' | 'blockResidentBytes'>, budgetBytes: number): number {
+  return Math.floor(budgetBytes * Math.min(1, sizes.blockBytes / (sizes.blockResidentBytes ?? sizes.blockBytes)));
 }
