@@ -12,6 +12,7 @@ import { modelShapeFromGguf } from '../runtime/decoder-shape.js';
 import { modelFingerprint, ShardCache } from '../runtime/shard-cache.js';
 import { Stage } from '../runtime/stage.js';
 import { HostStandbyBuilds, type HostStandbyStatus } from './host-standby-builds.js';
+import { stageOutput } from '../test-support/stage-output.js';
 
 let dir: string;
 let file: GgufFile;
@@ -49,12 +50,7 @@ describe("the host's standby layers", () => {
     const fresh = await Stage.open(file, shape, { start: 2, end: 4, head: false }, { threads: 1, replayInputs: true });
     try {
       const hidden = Float32Array.from({ length: 3 * shape.hidden }, (_, i) => Math.sin(i));
-      const run = async (st: Stage): Promise<Float32Array> => {
-        const out = await st.forward({ kind: 'hidden', hidden, batch: 1, seq: 3 }, [st.emptyCache()]);
-        if (out.kind !== 'hidden') throw new Error('expected hidden states');
-        return Float32Array.from(out.hidden);
-      };
-      expect(await run(grown)).toEqual(await run(fresh));
+      expect(await stageOutput(grown, hidden, 3)).toEqual(await stageOutput(fresh, hidden, 3));
     } finally {
       await grown.dispose();
       await fresh.dispose();

@@ -18,6 +18,7 @@ import { fetchSpans } from './span-fetch.js';
 import { StandbyKeeper, type StandbyStatus } from './standby-member.js';
 import { standbyLayerSpans } from './standby.js';
 import { startWeightsHttp, type WeightsHttpServer } from './weights-http.js';
+import { stageOutput } from '../test-support/stage-output.js';
 
 let dir: string;
 let file: GgufFile;
@@ -122,12 +123,7 @@ describe('a member keeps standby layers', () => {
     const fresh = await Stage.open(file, await modelShapeFromGguf(file, { maxPositions: 64 }), { start: 1, end: 3, head: false }, { threads: 1 });
     try {
       const hidden = Float32Array.from({ length: 3 * shape.hidden }, (_, i) => Math.sin(i));
-      const run = async (st: Stage): Promise<Float32Array> => {
-        const out = await st.forward({ kind: 'hidden', hidden, batch: 1, seq: 3 }, [st.emptyCache()]);
-        if (out.kind !== 'hidden') throw new Error('expected hidden states');
-        return Float32Array.from(out.hidden);
-      };
-      expect(await run(standby)).toEqual(await run(fresh));
+      expect(await stageOutput(standby, hidden, 3)).toEqual(await stageOutput(fresh, hidden, 3));
     } finally {
       await standby.dispose();
       await fresh.dispose();

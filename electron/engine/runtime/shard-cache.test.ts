@@ -13,6 +13,7 @@ import { buildStageGraph, stageGraphBuilder } from './stage-graph.js';
 import { loadStageWeights } from './stage-weights.js';
 import { SYNTH_QUANTS, synthesizeModel } from '../model/synth/synth.js';
 import { resolveShape } from '../model/synth/shapes.js';
+import { stageOutput } from '../test-support/stage-output.js';
 
 let dir: string;
 let file: GgufFile;
@@ -146,12 +147,7 @@ describe('ShardCache', () => {
     const fresh = await Stage.open(f, sh, { start: 1, end: 3, head: true }, { threads: 1 });
     try {
       const hidden = Float32Array.from({ length: 2 * sh.hidden }, (_, i) => Math.cos(i));
-      const run = async (st: Stage) => {
-        const out = await st.forward({ kind: 'hidden', hidden, batch: 1, seq: 2 }, [st.emptyCache()]);
-        if (out.kind !== 'logits') throw new Error('expected logits');
-        return Float32Array.from(out.logits);
-      };
-      expect(await run(reused)).toEqual(await run(fresh));
+      expect(await stageOutput(reused, hidden, 2)).toEqual(await stageOutput(fresh, hidden, 2));
     } finally {
       await reused.dispose();
       await fresh.dispose();
